@@ -1,0 +1,169 @@
+//! The state of a goal as a fold over its events. Pure: `store` applies it inside the
+//! same write transaction that appends the event, and tests replay the whole log
+//! through it to check that the stored projection equals the fold.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::wire::{BestSummary, Event, EventKind, GoalSpec, GoalState, GoalSummary};
+
+/// A candidate proposed but without a recorded result: it is (re-)run before anything new.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Pending {
+    pub iteration: u64,
+    pub candidate: String,
+    pub seed: String,
+    pub config: Value,
+    /// Source hash when the candidate's source is not a seed's.
+    #[serde(default)]
+    pub source_hash: Option<String>,
+    /// How many times an evaluation of it started (a restart re-runs it; too many → quarantine).
+    pub attempts: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SeedInfo {
+    pub space: Value,
+    pub default: Value,
+    #[serde(default)]
+    pub rejected: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GoalProjection {
+    pub id: String,
+    pub spec: GoalSpec,
+    pub owner_uid: u32,
+    pub state: GoalState,
+    pub reason: Option<String>,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    pub iteration: u64,
+    pub evaluations: u64,
+    pub pending: BTreeMap<u64, Pending>,
+    pub seeds: BTreeMap<String, SeedInfo>,
+    pub best: Option<BestSummary>,
+    /// The iteration of the last significant improvement (0 before any).
+    pub last_improvement: u64,
+    /// When the goal last entered `running`, if it is running.
+    pub running_since_ms: Option<u64>,
+    /// Milliseconds spent running before `running_since_ms`.
+    pub wall_ms: u64,
+    /// Device-milliseconds spent in evaluations.
+    pub gpu_ms: u64,
+    /// Evaluations whose result was a failure, by class (for the context and status).
+    #[serde(default)]
+    pub failures: BTreeMap<String, u64>,
+}
+
+impl GoalProjection {
+    /// The projection right after `GoalEnqueued`.
+    pub fn new(id: &str, spec: GoalSpec, owner_uid: u32, time_ms: u64) -> Self {
+        GoalProjection {
+            id: id.to_string(),
+            spec,
+            owner_uid,
+            state: GoalState::Queued,
+            reason: None,
+            created_ms: time_ms,
+            updated_ms: time_ms,
+            iteration: 0,
+            evaluations: 0,
+            pending: BTreeMap::new(),
+            seeds: BTreeMap::new(),
+            best: None,
+            last_improvement: 0,
+            running_since_ms: None,
+            wall_ms: 0,
+            gpu_ms: 0,
+            failures: BTreeMap::new(),
+        }
+    }
+
+    /// Folds one event of this goal into the projection.
+    pub fn apply(&mut self, ev: &Event) {
+        self.updated_ms = ev.time_ms;
+        match &ev.kind {
+            EventKind::GoalStateChanged { to, reason, .. } => {
+                if let Some(since) = self.running_since_ms.take() {
+                    self.wall_ms += ev.time_ms.saturating_sub(since);
+                }
+                if *to == GoalState::Running {
+                    self.running_since_ms = Some(ev.time_ms);
+                }
+                self.state = *to;
+                self.reason = reason.clone();
+            }
+            EventKind::SeedDescribed { seed, space, default, rejected } => {
+                self.seeds.insert(
+                    seed.clone(),
+                    SeedInfo { space: space.clone(), default: default.clone(), rejected: rejected.clone() },
+                );
+            }
+            EventKind::CandidateProposed { iteration, candidate, seed, config, source, .. } => {
+                self.iteration = self.iteration.max(*iteration);
+                self.pending.insert(
+                    *iteration,
+                    Pending {
+                        iteration: *iteration,
+                        candidate: candidate.clone(),
+                        seed: seed.clone(),
+                        config: config.clone(),
+                        source_hash: source.as_deref().map(crate::store::source_hash),
+                        attempts: 0,
+                    },
+                );
+            }
+            EventKind::EvaluationStarted { iteration, .. } => {
+                if let Some(p) = self.pending.get_mut(iteration) {
+                    p.attempts += 1;
+                }
+            }
+            EventKind::EvaluationFinished { iteration, result, .. } => {
+                self.pending.remove(iteration);
+                self.evaluations += 1;
+                self.gpu_ms += (result.elapsed_s * 1000.0).max(0.0) as u64;
+                if !result.is_scored() {
+                    *self.failures.entry(result.class.as_str().to_string()).or_default() += 1;
+                }
+            }
+            EventKind::NewBest { best, .. } => {
+                self.last_improvement = best.iteration;
+                self.best = Some(best.clone());
+            }
+            EventKind::EvaluationAborted { .. }
+            | EventKind::GoalEnqueued { .. }
+            | EventKind::DaemonStarted { .. }
+            | EventKind::DaemonStopped { .. }
+            | EventKind::DeviceHealth { .. } => {}
+        }
+    }
+
+    /// Wall-clock milliseconds spent running, up to `now_ms`.
+    pub fn wall_ms_at(&self, now_ms: u64) -> u64 {
+        self.wall_ms + self.running_since_ms.map_or(0, |s| now_ms.saturating_sub(s))
+    }
+
+    pub fn summary(&self, now_ms: u64, in_flight: u32) -> GoalSummary {
+        GoalSummary {
+            id: self.id.clone(),
+            name: self.spec.name.clone(),
+            task: self.spec.task.clone(),
+            state: self.state,
+            reason: self.reason.clone(),
+            iteration: self.iteration,
+            evaluations: self.evaluations,
+            in_flight,
+            best: self.best.clone(),
+            priority: self.spec.resources.priority,
+            gpus: self.spec.resources.gpus,
+            owner_uid: self.owner_uid,
+            created_ms: self.created_ms,
+            updated_ms: self.updated_ms,
+            wall_s: self.wall_ms_at(now_ms) as f64 / 1000.0,
+            gpu_s: self.gpu_ms as f64 / 1000.0,
+        }
+    }
+}

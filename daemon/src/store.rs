@@ -1,0 +1,401 @@
+//! The event log and its projections, in one redb file. Only this module touches redb.
+//!
+//! Every append is one write transaction with `Durability::Immediate`: the events get
+//! dense sequence numbers, and the projections (goal state, best candidate, evaluation
+//! records, candidate sources) are updated in that same transaction. When `append`
+//! returns, the events are on disk; callers acknowledge or act only after that.
+//!
+//! redb is synchronous: async callers go through `tokio::task::spawn_blocking`.
+
+use std::path::{Path, PathBuf};
+
+use redb::{Database, ReadableTable, TableDefinition};
+use sha2::{Digest, Sha256};
+
+use crate::projection::GoalProjection;
+use crate::wire::{EvaluationRecord, Event, EventKind, GoalSpec};
+
+/// seq → event JSON.
+const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
+/// (goal id, seq) → (): the per-goal index of the log.
+const GOAL_EVENTS: TableDefinition<(&str, u64), ()> = TableDefinition::new("goal_events");
+/// goal id → GoalProjection JSON.
+const GOALS: TableDefinition<&str, &[u8]> = TableDefinition::new("goals");
+/// (goal id, iteration) → EvaluationRecord JSON.
+const EVALS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("evaluations");
+/// source hash → candidate source text (non-seed candidates).
+const SOURCES: TableDefinition<&str, &str> = TableDefinition::new("sources");
+/// counters: "next_seq", "next_goal".
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("another kerneld is already running with state directory {0} (its database is open); stop it first, or start this one with another --state-dir")]
+    AlreadyOpen(PathBuf),
+    #[error("event log {path}: {source}")]
+    Db { path: PathBuf, source: redb::Error },
+    #[error("event log: corrupt record: {0}")]
+    Corrupt(String),
+    #[error("no goal {0}")]
+    NoGoal(String),
+}
+
+fn db_err(path: &Path, e: impl Into<redb::Error>) -> StoreError {
+    StoreError::Db { path: path.to_path_buf(), source: e.into() }
+}
+
+/// The hash that names a candidate source (the first 16 hex digits of its SHA-256).
+pub fn source_hash(source: &str) -> String {
+    hex::encode(&Sha256::digest(source.as_bytes())[..8])
+}
+
+/// The content address of a candidate: its source and its configuration.
+pub fn candidate_id(source: &str, config: &serde_json::Value) -> String {
+    let mut h = Sha256::new();
+    h.update(source.as_bytes());
+    h.update([0u8]);
+    // serde_json's Map is a BTreeMap here (no preserve_order), so this is canonical.
+    h.update(config.to_string().as_bytes());
+    hex::encode(&h.finalize()[..8])
+}
+
+/// An event before it is committed: the store gives it its sequence number and time.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub goal: Option<String>,
+    pub kind: EventKind,
+}
+
+impl NewEvent {
+    pub fn goal(goal: &str, kind: EventKind) -> Self {
+        NewEvent { goal: Some(goal.to_string()), kind }
+    }
+    pub fn daemon(kind: EventKind) -> Self {
+        NewEvent { goal: None, kind }
+    }
+}
+
+pub struct Store {
+    db: Database,
+    path: PathBuf,
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Store {
+    /// Opens (or creates) the log. A second daemon on the same file gets `AlreadyOpen`.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let db = match Database::create(path) {
+            Ok(db) => db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(StoreError::AlreadyOpen(path.parent().unwrap_or(path).to_path_buf()))
+            }
+            Err(e) => return Err(db_err(path, e)),
+        };
+        let store = Store { db, path: path.to_path_buf() };
+        // Create every table once so readers never meet a missing one.
+        let tx = store.db.begin_write().map_err(|e| db_err(path, e))?;
+        {
+            tx.open_table(EVENTS).map_err(|e| db_err(path, e))?;
+            tx.open_table(GOAL_EVENTS).map_err(|e| db_err(path, e))?;
+            tx.open_table(GOALS).map_err(|e| db_err(path, e))?;
+            tx.open_table(EVALS).map_err(|e| db_err(path, e))?;
+            tx.open_table(SOURCES).map_err(|e| db_err(path, e))?;
+            tx.open_table(META).map_err(|e| db_err(path, e))?;
+        }
+        tx.commit().map_err(|e| db_err(path, e))?;
+        Ok(store)
+    }
+
+    fn err(&self, e: impl Into<redb::Error>) -> StoreError {
+        db_err(&self.path, e)
+    }
+
+    /// Creates a goal: allocates its id and commits `GoalEnqueued`, durably.
+    pub fn enqueue_goal(&self, spec: GoalSpec, owner_uid: u32) -> Result<(String, Vec<Event>), StoreError> {
+        let tx = self.db.begin_write().map_err(|e| self.err(e))?;
+        let id = {
+            let mut meta = tx.open_table(META).map_err(|e| self.err(e))?;
+            let n = meta.get("next_goal").map_err(|e| self.err(e))?.map_or(1, |v| v.value());
+            meta.insert("next_goal", n + 1).map_err(|e| self.err(e))?;
+            format!("g{n}")
+        };
+        let events = self.append_in(&tx, vec![NewEvent::goal(&id, EventKind::GoalEnqueued { spec, owner_uid })])?;
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok((id, events))
+    }
+
+    /// Appends events and updates the projections in one durable transaction.
+    pub fn append(&self, items: Vec<NewEvent>) -> Result<Vec<Event>, StoreError> {
+        let tx = self.db.begin_write().map_err(|e| self.err(e))?;
+        let events = self.append_in(&tx, items)?;
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(events)
+    }
+
+    fn append_in(&self, tx: &redb::WriteTransaction, items: Vec<NewEvent>) -> Result<Vec<Event>, StoreError> {
+        let mut meta = tx.open_table(META).map_err(|e| self.err(e))?;
+        let mut events_t = tx.open_table(EVENTS).map_err(|e| self.err(e))?;
+        let mut index = tx.open_table(GOAL_EVENTS).map_err(|e| self.err(e))?;
+        let mut goals = tx.open_table(GOALS).map_err(|e| self.err(e))?;
+        let mut evals = tx.open_table(EVALS).map_err(|e| self.err(e))?;
+        let mut sources = tx.open_table(SOURCES).map_err(|e| self.err(e))?;
+
+        let mut seq = meta.get("next_seq").map_err(|e| self.err(e))?.map_or(1, |v| v.value());
+        let time_ms = now_ms();
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            let ev = Event { seq, time_ms, goal: item.goal, kind: item.kind };
+            let bytes = serde_json::to_vec(&ev).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            events_t.insert(seq, bytes.as_slice()).map_err(|e| self.err(e))?;
+
+            if let Some(goal) = ev.goal.as_deref() {
+                index.insert((goal, seq), ()).map_err(|e| self.err(e))?;
+                let mut proj = match &ev.kind {
+                    EventKind::GoalEnqueued { spec, owner_uid } => {
+                        GoalProjection::new(goal, spec.clone(), *owner_uid, time_ms)
+                    }
+                    _ => {
+                        let raw = goals.get(goal).map_err(|e| self.err(e))?;
+                        let raw = raw.ok_or_else(|| StoreError::NoGoal(goal.to_string()))?;
+                        serde_json::from_slice(raw.value()).map_err(|e| StoreError::Corrupt(e.to_string()))?
+                    }
+                };
+                // Side tables that need the projection as it was before this event.
+                match &ev.kind {
+                    EventKind::CandidateProposed { source: Some(src), .. } => {
+                        sources.insert(source_hash(src).as_str(), src.as_str()).map_err(|e| self.err(e))?;
+                    }
+                    EventKind::EvaluationFinished { iteration, candidate, device, result } => {
+                        let (seed, config) = proj
+                            .pending
+                            .get(iteration)
+                            .map(|p| (p.seed.clone(), p.config.clone()))
+                            .unwrap_or_default();
+                        let rec = EvaluationRecord {
+                            iteration: *iteration,
+                            candidate: candidate.clone(),
+                            seed,
+                            config,
+                            result: result.clone(),
+                            device: Some(device.clone()),
+                        };
+                        let bytes = serde_json::to_vec(&rec).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                        evals.insert((goal, *iteration), bytes.as_slice()).map_err(|e| self.err(e))?;
+                    }
+                    _ => {}
+                }
+                proj.apply(&ev);
+                let bytes = serde_json::to_vec(&proj).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                goals.insert(goal, bytes.as_slice()).map_err(|e| self.err(e))?;
+            }
+            out.push(ev);
+            seq += 1;
+        }
+        meta.insert("next_seq", seq).map_err(|e| self.err(e))?;
+        Ok(out)
+    }
+
+    /// Every goal's projection, in id order of creation.
+    pub fn goals(&self) -> Result<Vec<GoalProjection>, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = tx.open_table(GOALS).map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for row in t.iter().map_err(|e| self.err(e))? {
+            let (_, v) = row.map_err(|e| self.err(e))?;
+            out.push(serde_json::from_slice::<GoalProjection>(v.value()).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+        }
+        out.sort_by_key(|g| (g.created_ms, g.id.trim_start_matches('g').parse::<u64>().unwrap_or(0)));
+        Ok(out)
+    }
+
+    pub fn goal(&self, id: &str) -> Result<Option<GoalProjection>, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = tx.open_table(GOALS).map_err(|e| self.err(e))?;
+        let raw = t.get(id).map_err(|e| self.err(e))?;
+        raw.map(|v| serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt(e.to_string())))
+            .transpose()
+    }
+
+    /// Events after `after` (exclusive), optionally of one goal, at most `limit`.
+    pub fn events(&self, goal: Option<&str>, after: u64, limit: usize) -> Result<Vec<Event>, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = tx.open_table(EVENTS).map_err(|e| self.err(e))?;
+        let decode = |bytes: &[u8]| serde_json::from_slice::<Event>(bytes).map_err(|e| StoreError::Corrupt(e.to_string()));
+        let mut out = Vec::new();
+        match goal {
+            None => {
+                for row in t.range(after.saturating_add(1)..).map_err(|e| self.err(e))? {
+                    if out.len() >= limit {
+                        break;
+                    }
+                    let (_, v) = row.map_err(|e| self.err(e))?;
+                    out.push(decode(v.value())?);
+                }
+            }
+            Some(g) => {
+                let idx = tx.open_table(GOAL_EVENTS).map_err(|e| self.err(e))?;
+                for row in idx.range((g, after.saturating_add(1))..=(g, u64::MAX)).map_err(|e| self.err(e))? {
+                    if out.len() >= limit {
+                        break;
+                    }
+                    let (k, _) = row.map_err(|e| self.err(e))?;
+                    let seq = k.value().1;
+                    let v = t.get(seq).map_err(|e| self.err(e))?;
+                    let v = v.ok_or_else(|| StoreError::Corrupt(format!("index names missing event {seq}")))?;
+                    out.push(decode(v.value())?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The newest `limit` events (of one goal, or all).
+    pub fn last_events(&self, goal: Option<&str>, limit: usize) -> Result<Vec<Event>, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = tx.open_table(EVENTS).map_err(|e| self.err(e))?;
+        let mut seqs: Vec<u64> = Vec::new();
+        match goal {
+            None => {
+                for row in t.iter().map_err(|e| self.err(e))?.rev().take(limit) {
+                    seqs.push(row.map_err(|e| self.err(e))?.0.value());
+                }
+            }
+            Some(g) => {
+                let idx = tx.open_table(GOAL_EVENTS).map_err(|e| self.err(e))?;
+                for row in idx.range((g, 0)..=(g, u64::MAX)).map_err(|e| self.err(e))?.rev().take(limit) {
+                    seqs.push(row.map_err(|e| self.err(e))?.0.value().1);
+                }
+            }
+        }
+        seqs.reverse();
+        let mut out = Vec::with_capacity(seqs.len());
+        for seq in seqs {
+            if let Some(v) = t.get(seq).map_err(|e| self.err(e))? {
+                out.push(serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn last_seq(&self) -> Result<u64, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let meta = tx.open_table(META).map_err(|e| self.err(e))?;
+        let next = meta.get("next_seq").map_err(|e| self.err(e))?.map_or(1, |v| v.value());
+        Ok(next - 1)
+    }
+
+    /// A goal's evaluation records, in iteration order.
+    pub fn evaluations(&self, goal: &str) -> Result<Vec<EvaluationRecord>, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = tx.open_table(EVALS).map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for row in t.range((goal, 0)..=(goal, u64::MAX)).map_err(|e| self.err(e))? {
+            let (_, v) = row.map_err(|e| self.err(e))?;
+            out.push(serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+        }
+        Ok(out)
+    }
+
+    pub fn evaluation(&self, goal: &str, iteration: u64) -> Result<Option<EvaluationRecord>, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = tx.open_table(EVALS).map_err(|e| self.err(e))?;
+        let raw = t.get((goal, iteration)).map_err(|e| self.err(e))?;
+        raw.map(|v| serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt(e.to_string())))
+            .transpose()
+    }
+
+    /// A non-seed candidate's source by its hash.
+    pub fn source(&self, hash: &str) -> Result<Option<String>, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = tx.open_table(SOURCES).map_err(|e| self.err(e))?;
+        let raw = t.get(hash).map_err(|e| self.err(e))?;
+        Ok(raw.map(|v| v.value().to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::*;
+
+    fn spec() -> GoalSpec {
+        GoalSpec {
+            name: "g".into(),
+            task: "demo".into(),
+            task_dir: "/tmp".into(),
+            objective: "geomean_speedup".into(),
+            baseline: "reference".into(),
+            shapes: vec!["s".into()],
+            seeds: vec![SeedSource { name: "a.py".into(), source: "x".into() }],
+            budget: Budget::default(),
+            stop: StopRules::default(),
+            agent: AgentSpec { kind: "search".into(), settings: serde_json::json!({}) },
+            resources: Resources { gpus: 1, priority: 0 },
+        }
+    }
+
+    fn temp_db() -> PathBuf {
+        std::env::temp_dir().join(format!("kerneld-store-{}-{}.redb", std::process::id(), rand::random::<u64>()))
+    }
+
+    #[test]
+    fn sequence_is_dense_and_projection_equals_replay() {
+        let path = temp_db();
+        let store = Store::open(&path).unwrap();
+        let (id, _) = store.enqueue_goal(spec(), 1000).unwrap();
+        store
+            .append(vec![NewEvent::goal(
+                &id,
+                EventKind::GoalStateChanged { from: GoalState::Queued, to: GoalState::Running, reason: None },
+            )])
+            .unwrap();
+        store
+            .append(vec![NewEvent::goal(
+                &id,
+                EventKind::CandidateProposed {
+                    iteration: 1,
+                    candidate: "c1".into(),
+                    seed: "a.py".into(),
+                    config: serde_json::json!({"B": 1}),
+                    agent: "search".into(),
+                    source: None,
+                    note: None,
+                },
+            )])
+            .unwrap();
+        let all = store.events(None, 0, usize::MAX).unwrap();
+        let seqs: Vec<u64> = all.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, vec![1, 2, 3]);
+        assert_eq!(store.last_seq().unwrap(), 3);
+
+        let mut replay: Option<GoalProjection> = None;
+        for ev in store.events(Some(&id), 0, usize::MAX).unwrap() {
+            match &ev.kind {
+                EventKind::GoalEnqueued { spec, owner_uid } => {
+                    replay = Some(GoalProjection::new(&id, spec.clone(), *owner_uid, ev.time_ms))
+                }
+                _ => replay.as_mut().unwrap().apply(&ev),
+            }
+        }
+        assert_eq!(replay.unwrap(), store.goal(&id).unwrap().unwrap());
+        drop(store);
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn second_open_is_refused() {
+        let path = temp_db();
+        let _a = Store::open(&path).unwrap();
+        match Store::open(&path) {
+            Err(StoreError::AlreadyOpen(_)) => {}
+            other => panic!("expected AlreadyOpen, got {:?}", other.err()),
+        }
+        let _ = std::fs::remove_file(path);
+    }
+}
