@@ -1,10 +1,82 @@
 //! kerneld: the daemon that runs GPU-kernel optimization goals overnight.
 //!
-//! See ARCHITECTURE.md for the map of modules and their invariants.
+//! `run` is the whole daemon as a library function, so tests can start it
+//! in-process as well as through the `kerneld` binary. See ARCHITECTURE.md for the
+//! map of modules and their invariants.
 
+pub mod agent;
+pub mod config;
+pub mod context;
+pub mod engine;
 pub mod goal;
+pub mod gpu;
+pub mod harness;
 pub mod paths;
 pub mod projection;
+pub mod rpc;
+pub mod scheduler;
+pub mod spool;
 pub mod store;
 pub mod task;
 pub mod wire;
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+pub use config::Config;
+
+/// What `run` can be given beyond the configuration.
+#[derive(Default)]
+pub struct RunOptions {
+    /// The devices to schedule on; None: discover them (NVML, else CPU mode).
+    pub devices: Option<Arc<dyn gpu::DeviceLayer>>,
+    /// Called once the socket accepts connections (systemd READY=1).
+    pub on_ready: Option<Box<dyn FnOnce() + Send>>,
+}
+
+/// Runs the daemon until `shutdown` is cancelled, then stops cleanly: evaluations in
+/// flight are aborted and recorded, workers stopped, the stop recorded.
+pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
+    run_with(config, shutdown, RunOptions::default()).await
+}
+
+pub async fn run_with(config: Config, shutdown: CancellationToken, opts: RunOptions) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.state_dir).map_err(|e| {
+        anyhow::anyhow!("cannot create the state directory {}: {e}", config.state_dir.display())
+    })?;
+    let store = Arc::new(store::Store::open(&config.db_path())?);
+    let devices = opts.devices.unwrap_or_else(|| gpu::discover(&config));
+    match devices.note() {
+        Some(note) if devices.mode() == "cpu" => {
+            tracing::warn!("{note}; evaluations run under Triton's interpreter and their timings are not GPU figures")
+        }
+        _ => {
+            let names: Vec<String> = devices.devices().iter().map(|d| format!("{} {}", d.name, d.uuid)).collect();
+            tracing::info!("devices: {}", names.join(", "));
+        }
+    }
+    let engine = engine::Engine::start(config.clone(), store, devices, shutdown.child_token()).await?;
+    let listener = rpc::bind(&config.socket).await?;
+    tracing::info!(socket = %config.socket.display(), state = %config.state_dir.display(), "kerneld ready");
+
+    let stop_accepting = CancellationToken::new();
+    let server = tokio::spawn(rpc::serve(listener, engine.clone(), stop_accepting.clone()));
+    let spool = config.spool_dir.clone().map(|dir| tokio::spawn(spool::watch(dir, engine.clone(), shutdown.clone())));
+    let scheduler = tokio::spawn(engine.clone().run());
+    if let Some(ready) = opts.on_ready {
+        ready();
+    }
+
+    shutdown.cancelled().await;
+    tracing::info!("stopping: aborting evaluations in flight");
+    let _ = scheduler.await;
+    stop_accepting.cancel();
+    let _ = server.await;
+    if let Some(s) = spool {
+        let _ = s.await;
+    }
+    engine.record_stop("shutdown requested").await?;
+    let _ = std::fs::remove_file(&config.socket);
+    Ok(())
+}

@@ -1,1 +1,179 @@
-fn main(){}
+//! The `kerneld` binary: command line, logging, signals and systemd notification
+//! around `kerneld::run_with`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use tokio_util::sync::CancellationToken;
+
+use kerneld::{paths, Config, RunOptions};
+
+#[derive(Debug, Parser)]
+#[command(name = "kerneld", version, about = "Runs GPU-kernel optimization goals; control it with kernelctl.")]
+struct Cli {
+    /// Configuration file (default: /etc/kerneld/kerneld.toml when it exists).
+    #[arg(long, env = "KERNELD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Directory for the event log and candidate files.
+    #[arg(long, env = "KERNELD_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// The control socket.
+    #[arg(long, env = "KERNELD_SOCKET")]
+    socket: Option<PathBuf>,
+    /// The Python that runs the harness worker (needs torch and triton).
+    #[arg(long, env = "KERNELD_PYTHON")]
+    python: Option<PathBuf>,
+    /// The kernels directory (tasks and harness).
+    #[arg(long, env = "KERNELD_KERNELS")]
+    kernels: Option<PathBuf>,
+    /// Wall-clock limit of one evaluation, e.g. "15m".
+    #[arg(long)]
+    eval_timeout: Option<String>,
+    /// Watch this directory for goal files to enqueue.
+    #[arg(long)]
+    spool: Option<PathBuf>,
+    /// Use the CPU slot (Triton's interpreter) even when GPUs are present.
+    #[arg(long)]
+    cpu: bool,
+    /// Log filter, e.g. "info" or "kerneld=debug".
+    #[arg(long, env = "KERNELD_LOG", default_value = "info")]
+    log: String,
+}
+
+fn build_config(cli: &Cli) -> Result<Config, String> {
+    let mut cfg = Config::new(paths::default_state_dir(), paths::default_socket());
+    let file = cli.config.clone().or_else(|| {
+        let system = PathBuf::from("/etc/kerneld/kerneld.toml");
+        system.is_file().then_some(system)
+    });
+    if let Some(file) = &file {
+        cfg = cfg.merge_file(file)?;
+    }
+    if let Some(v) = &cli.state_dir {
+        cfg.state_dir = v.clone();
+    }
+    if let Some(v) = &cli.socket {
+        cfg.socket = v.clone();
+    }
+    if let Some(v) = &cli.python {
+        cfg.python = v.clone();
+    }
+    if let Some(v) = &cli.kernels {
+        cfg.kernels_dir = v.clone();
+    }
+    if let Some(v) = &cli.eval_timeout {
+        let secs = kerneld::goal::parse_duration(v).map_err(|m| format!("--eval-timeout {v}: {m}"))?;
+        cfg.eval_timeout = Duration::from_secs(secs);
+    }
+    if let Some(v) = &cli.spool {
+        cfg.spool_dir = Some(v.clone());
+    }
+    if cli.cpu {
+        cfg.force_cpu = true;
+    }
+    if !cfg.worker_script().is_file() {
+        return Err(format!(
+            "no harness worker at {}; point --kernels (or KERNELD_KERNELS) at the kernels directory",
+            cfg.worker_script().display()
+        ));
+    }
+    Ok(cfg)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+
+    let cfg = match build_config(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("kerneld: {e}");
+            return ExitCode::from(2);
+        }
+    };
+
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("kerneld: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let shutdown = CancellationToken::new();
+
+    // Signals on a plain thread: SIGTERM/SIGINT stop cleanly (a second one exits at
+    // once: registering a handler removed the default action); SIGHUP re-reads the
+    // configuration file and reports what it found.
+    let sig_shutdown = shutdown.clone();
+    let reload_from = cfg.config_file.clone();
+    match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
+        Ok(mut signals) => {
+            std::thread::spawn(move || {
+                for sig in signals.forever() {
+                    match sig {
+                        SIGHUP => reload(&reload_from),
+                        _ if sig_shutdown.is_cancelled() => {
+                            eprintln!("kerneld: second stop signal, exiting now");
+                            std::process::exit(130);
+                        }
+                        _ => {
+                            let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
+                            sig_shutdown.cancel();
+                        }
+                    }
+                }
+            });
+        }
+        Err(e) => {
+            eprintln!("kerneld: cannot install signal handlers: {e}");
+            return ExitCode::from(1);
+        }
+    }
+
+    let opts = RunOptions {
+        devices: None,
+        on_ready: Some(Box::new(|| {
+            let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status("accepting goals")]);
+        })),
+    };
+    let result = runtime.block_on(async {
+        // systemd watchdog: ping at half the interval it asks for.
+        let mut usec = 0u64;
+        if sd_notify::watchdog_enabled(false, &mut usec) && usec > 0 {
+            let every = Duration::from_micros(usec / 2);
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+                }
+            });
+        }
+        kerneld::run_with(cfg, shutdown, opts).await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kerneld: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// SIGHUP: validate the configuration file again. Settings are applied at start;
+/// a reload that finds an error says so instead of leaving a broken file unnoticed.
+fn reload(file: &Option<PathBuf>) {
+    match file {
+        None => tracing::info!("SIGHUP: no configuration file in use; nothing to reload"),
+        Some(f) => match Config::new(PathBuf::new(), PathBuf::new()).merge_file(f) {
+            Ok(_) => tracing::info!("SIGHUP: {} is valid; restart kerneld to apply changed settings", f.display()),
+            Err(e) => tracing::error!("SIGHUP: {e}"),
+        },
+    }
+}

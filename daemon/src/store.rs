@@ -172,16 +172,17 @@ impl Store {
                         sources.insert(source_hash(src).as_str(), src.as_str()).map_err(|e| self.err(e))?;
                     }
                     EventKind::EvaluationFinished { iteration, candidate, device, result } => {
-                        let (seed, config) = proj
+                        let (seed, config, source_hash) = proj
                             .pending
                             .get(iteration)
-                            .map(|p| (p.seed.clone(), p.config.clone()))
+                            .map(|p| (p.seed.clone(), p.config.clone(), p.source_hash.clone()))
                             .unwrap_or_default();
                         let rec = EvaluationRecord {
                             iteration: *iteration,
                             candidate: candidate.clone(),
                             seed,
                             config,
+                            source_hash,
                             result: result.clone(),
                             device: Some(device.clone()),
                         };

@@ -256,6 +256,9 @@ pub struct EvaluationRecord {
     pub candidate: String,
     pub seed: String,
     pub config: Value,
+    /// The source's hash when it is not the seed's own source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_hash: Option<String>,
     pub result: EvalResult,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<String>,

@@ -1,0 +1,168 @@
+//! The daemon's configuration: `kerneld.toml` (see config/kerneld.toml), then the
+//! command line on top. Unknown keys are rejected like in goal files.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::goal::parse_duration;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Holds `kerneld.redb` and `sources/` (candidate files the workers load).
+    pub state_dir: PathBuf,
+    pub socket: PathBuf,
+    /// The Python that runs the harness worker (has torch and triton).
+    pub python: PathBuf,
+    /// The directory of tasks and of `harness/worker.py`.
+    pub kernels_dir: PathBuf,
+    /// Wall-clock limit of one evaluation; past it the worker's process group is killed.
+    pub eval_timeout: Duration,
+    /// How long a fresh worker may take to print its ready line.
+    pub worker_start_timeout: Duration,
+    /// GPU UUIDs (or prefixes) to use; empty: every device of compute capability 9.x.
+    pub gpu_allow: Vec<String>,
+    /// Run in CPU mode even when GPUs are present.
+    pub force_cpu: bool,
+    /// Worker resource limits.
+    pub worker_max_files: u64,
+    /// Address-space limit in CPU mode (bytes; 0 = none). CUDA needs a huge address space, so never on GPUs.
+    pub worker_max_address_space_cpu: u64,
+    /// A spool directory watched for goal files (each one dropped there is enqueued); None = off.
+    pub spool_dir: Option<PathBuf>,
+    /// Members of this group (besides root and the owner) may change any goal.
+    pub admin_group: Option<String>,
+    /// An evaluation that started this many times without a result is quarantined.
+    pub max_attempts: u32,
+    /// Where the config was read from, for SIGHUP reloads.
+    pub config_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    state_dir: Option<PathBuf>,
+    socket: Option<PathBuf>,
+    python: Option<PathBuf>,
+    kernels_dir: Option<PathBuf>,
+    eval_timeout: Option<String>,
+    worker_start_timeout: Option<String>,
+    gpus: Option<Vec<String>>,
+    force_cpu: Option<bool>,
+    worker_max_files: Option<u64>,
+    worker_max_address_space_cpu_gib: Option<u64>,
+    spool_dir: Option<PathBuf>,
+    admin_group: Option<String>,
+    max_attempts: Option<u32>,
+}
+
+impl Config {
+    /// Defaults for a daemon with the given state directory and socket.
+    pub fn new(state_dir: PathBuf, socket: PathBuf) -> Config {
+        Config {
+            state_dir,
+            socket,
+            python: std::env::var_os("KERNELD_PYTHON").map(PathBuf::from).unwrap_or_else(|| "python3".into()),
+            kernels_dir: default_kernels_dir(),
+            eval_timeout: Duration::from_secs(900),
+            worker_start_timeout: Duration::from_secs(180),
+            gpu_allow: Vec::new(),
+            force_cpu: false,
+            worker_max_files: 4096,
+            worker_max_address_space_cpu: 32 << 30,
+            spool_dir: None,
+            admin_group: None,
+            max_attempts: 3,
+            config_file: None,
+        }
+    }
+
+    /// Applies a `kerneld.toml` on top of `self`.
+    pub fn merge_file(mut self, file: &Path) -> Result<Config, String> {
+        let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read config {}: {e}", file.display()))?;
+        let raw: RawConfig = toml::from_str(&text).map_err(|e| {
+            let line = e.span().map_or(0, |s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            format!("{}:{line}: {}", file.display(), e.message().trim())
+        })?;
+        let dur = |v: &Option<String>, key: &str| -> Result<Option<Duration>, String> {
+            v.as_deref()
+                .map(|s| {
+                    parse_duration(s)
+                        .map(Duration::from_secs)
+                        .map_err(|m| format!("{}: `{key}`: bad duration `{s}`: {m}", file.display()))
+                })
+                .transpose()
+        };
+        if let Some(v) = raw.state_dir {
+            self.state_dir = v;
+        }
+        if let Some(v) = raw.socket {
+            self.socket = v;
+        }
+        if let Some(v) = raw.python {
+            self.python = v;
+        }
+        if let Some(v) = raw.kernels_dir {
+            self.kernels_dir = v;
+        }
+        if let Some(v) = dur(&raw.eval_timeout, "eval_timeout")? {
+            self.eval_timeout = v;
+        }
+        if let Some(v) = dur(&raw.worker_start_timeout, "worker_start_timeout")? {
+            self.worker_start_timeout = v;
+        }
+        if let Some(v) = raw.gpus {
+            self.gpu_allow = v;
+        }
+        if let Some(v) = raw.force_cpu {
+            self.force_cpu = v;
+        }
+        if let Some(v) = raw.worker_max_files {
+            self.worker_max_files = v;
+        }
+        if let Some(v) = raw.worker_max_address_space_cpu_gib {
+            self.worker_max_address_space_cpu = v << 30;
+        }
+        if raw.spool_dir.is_some() {
+            self.spool_dir = raw.spool_dir;
+        }
+        if raw.admin_group.is_some() {
+            self.admin_group = raw.admin_group;
+        }
+        if let Some(v) = raw.max_attempts {
+            self.max_attempts = v.max(1);
+        }
+        self.config_file = Some(file.to_path_buf());
+        Ok(self)
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.state_dir.join("kerneld.redb")
+    }
+
+    pub fn sources_dir(&self) -> PathBuf {
+        self.state_dir.join("sources")
+    }
+
+    pub fn worker_script(&self) -> PathBuf {
+        self.kernels_dir.join("harness").join("worker.py")
+    }
+}
+
+/// `KERNELD_KERNELS`, else `kernels/` next to the binary's checkout (target/*/kerneld →
+/// repo/kernels), else the system location.
+fn default_kernels_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("KERNELD_KERNELS") {
+        return PathBuf::from(dir);
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        for dir in exe.ancestors().skip(1) {
+            let k = dir.join("kernels");
+            if k.join("harness").join("worker.py").is_file() {
+                return k;
+            }
+        }
+    }
+    PathBuf::from("/usr/share/kerneld/kernels")
+}

@@ -1,0 +1,1227 @@
+//! The engine: goals, evaluation slots, and the optimization loop that joins them.
+//!
+//! One iteration, on one leased slot (see ARCHITECTURE.md for the picture):
+//! take work (a pending candidate to re-run, or the agent's next proposal) →
+//! `CandidateProposed` + `EvaluationStarted` committed → the worker evaluates →
+//! `EvaluationFinished` (+ `NewBest`) committed → stop rules checked → slot released.
+//!
+//! Invariants:
+//! - Every change of state is an event committed through `Engine::append` before it is
+//!   acted on or acknowledged; the in-memory projections are updated from the very
+//!   events committed, in sequence order (appends are serialized by `commit_lock`).
+//! - A slot has at most one lease; a lease's worker is owned by the lease task while it
+//!   runs and handed back (or killed) when it ends.
+//! - `state` (a std mutex) is never held across an await.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context as _};
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::agent;
+use crate::config::Config;
+use crate::context;
+use crate::gpu::{DeviceInfo, DeviceLayer};
+use crate::harness::{Worker, WorkerError, WorkerSpec};
+use crate::projection::{GoalProjection, Pending};
+use crate::scheduler::{self, Contender};
+use crate::store::{self, now_ms, NewEvent, Store};
+use crate::wire::*;
+
+/// How often budgets and device health are looked at between events.
+const TICK: Duration = Duration::from_secs(2);
+/// Device health is read every this many ticks.
+const HEALTH_EVERY: u32 = 3;
+/// A `describe` of a seed (static checks + import) must answer within this.
+const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Correctness seeds per evaluation.
+const SEEDS_PER_EVALUATION: usize = 3;
+/// Evaluation records kept in `show`.
+const RECENT: usize = 20;
+/// A device drained for throttling during a measurement is retried after this.
+const THROTTLE_COOLDOWN: Duration = Duration::from_secs(60);
+
+/// An error an RPC handler returns: a JSON-RPC error code and a message for people.
+pub type RpcResult<T> = Result<T, RpcError>;
+
+fn rpc_err(code: i64, msg: impl Into<String>) -> RpcError {
+    RpcError::new(code, msg)
+}
+
+fn internal(e: impl std::fmt::Display) -> RpcError {
+    rpc_err(code::INTERNAL_ERROR, format!("internal error: {e}"))
+}
+
+struct LeaseRt {
+    slot: usize,
+    cancel: CancellationToken,
+}
+
+struct GoalRt {
+    proj: GoalProjection,
+    leases: Vec<LeaseRt>,
+    /// Pending iterations a lease is evaluating right now.
+    active: BTreeSet<u64>,
+    served: u64,
+    /// The agent had nothing new; cleared when a result lands (it may open new neighbours).
+    exhausted: bool,
+}
+
+struct Slot {
+    info: DeviceInfo,
+    health: Health,
+    health_reason: Option<String>,
+    /// Not before this instant (worker start back-off, throttle cool-down).
+    not_before: Option<Instant>,
+    start_failures: u32,
+    worker: Option<Worker>,
+    worker_pid: Option<u32>,
+    lease: Option<LeaseInfo>,
+    leased_at: Option<Instant>,
+    evaluations: u64,
+    busy: Duration,
+}
+
+struct State {
+    goals: BTreeMap<String, GoalRt>,
+    slots: Vec<Slot>,
+}
+
+pub struct Engine {
+    cfg: Config,
+    store: Arc<Store>,
+    devices: Arc<dyn DeviceLayer>,
+    state: Mutex<State>,
+    /// Serializes appends, so projections apply events in sequence order, and makes
+    /// "look at the goal, then commit" steps atomic.
+    commit_lock: tokio::sync::Mutex<()>,
+    wake: Notify,
+    events: broadcast::Sender<Event>,
+    stopping: CancellationToken,
+    started: Instant,
+}
+
+/// Proof that the caller holds `commit_lock`.
+type CommitGuard<'a> = tokio::sync::MutexGuard<'a, ()>;
+
+impl Engine {
+    /// Rebuilds the state from the store's projections (no replay of the log) and
+    /// records the start. Goals that were running are running again; their pending
+    /// evaluations run first.
+    pub async fn start(
+        cfg: Config,
+        store: Arc<Store>,
+        devices: Arc<dyn DeviceLayer>,
+        stopping: CancellationToken,
+    ) -> anyhow::Result<Arc<Engine>> {
+        let goals = {
+            let s = store.clone();
+            tokio::task::spawn_blocking(move || s.goals()).await??
+        };
+        let slots = devices
+            .devices()
+            .into_iter()
+            .map(|info| Slot {
+                info,
+                health: Health::Healthy,
+                health_reason: None,
+                not_before: None,
+                start_failures: 0,
+                worker: None,
+                worker_pid: None,
+                lease: None,
+                leased_at: None,
+                evaluations: 0,
+                busy: Duration::ZERO,
+            })
+            .collect();
+        let mut map = BTreeMap::new();
+        for proj in goals {
+            map.insert(
+                proj.id.clone(),
+                GoalRt { proj, leases: Vec::new(), active: BTreeSet::new(), served: 0, exhausted: false },
+            );
+        }
+        let (events, _) = broadcast::channel(4096);
+        let engine = Arc::new(Engine {
+            cfg,
+            store,
+            devices,
+            state: Mutex::new(State { goals: map, slots }),
+            commit_lock: tokio::sync::Mutex::new(()),
+            wake: Notify::new(),
+            events,
+            stopping,
+            started: Instant::now(),
+        });
+        let mode = engine.devices.mode().to_string();
+        engine
+            .commit(vec![NewEvent::daemon(EventKind::DaemonStarted {
+                version: env!("CARGO_PKG_VERSION").into(),
+                pid: std::process::id(),
+                mode,
+            })])
+            .await?;
+        Ok(engine)
+    }
+
+    pub fn mode(&self) -> &'static str {
+        self.devices.mode()
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    // -- committing -----------------------------------------------------------
+
+    async fn commit(&self, items: Vec<NewEvent>) -> anyhow::Result<Vec<Event>> {
+        let guard = self.commit_lock.lock().await;
+        self.append(&guard, items).await
+    }
+
+    /// Appends durably, then updates the cached projections and tells followers.
+    async fn append(&self, _guard: &CommitGuard<'_>, items: Vec<NewEvent>) -> anyhow::Result<Vec<Event>> {
+        let store = self.store.clone();
+        let evs = tokio::task::spawn_blocking(move || store.append(items)).await??;
+        self.publish(&evs);
+        Ok(evs)
+    }
+
+    fn publish(&self, evs: &[Event]) {
+        {
+            let mut st = self.state.lock().unwrap();
+            for ev in evs {
+                if let Some(g) = ev.goal.as_deref() {
+                    if let Some(rt) = st.goals.get_mut(g) {
+                        rt.proj.apply(ev);
+                    }
+                }
+            }
+        }
+        for ev in evs {
+            let _ = self.events.send(ev.clone());
+        }
+    }
+
+    // -- the scheduler loop ---------------------------------------------------
+
+    /// Runs until `stopping` is cancelled: hands free slots to goals, checks wall
+    /// budgets and device health. Then waits for the leases to record their end.
+    pub async fn run(self: Arc<Self>) {
+        let mut ticks: u32 = 0;
+        loop {
+            self.dispatch();
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(TICK) => {
+                    ticks = ticks.wrapping_add(1);
+                    self.check_wall_budgets().await;
+                    if ticks % HEALTH_EVERY == 0 {
+                        self.check_health().await;
+                    }
+                }
+                _ = self.stopping.cancelled() => break,
+            }
+        }
+        // Leases see the cancellation (their tokens are children of `stopping`) and
+        // record an abort; wait for them, bounded.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let busy = self.state.lock().unwrap().slots.iter().any(|s| s.lease.is_some());
+            if !busy {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let workers: Vec<Worker> = {
+            let mut st = self.state.lock().unwrap();
+            st.slots.iter_mut().filter_map(|s| s.worker.take()).collect()
+        };
+        for w in workers {
+            w.shutdown().await;
+        }
+    }
+
+    fn dispatch(self: &Arc<Self>) {
+        if self.stopping.is_cancelled() {
+            return;
+        }
+        let now = Instant::now();
+        let mut st = self.state.lock().unwrap();
+        loop {
+            let Some(slot) = st.slots.iter().position(|s| {
+                s.lease.is_none() && s.health == Health::Healthy && s.not_before.map_or(true, |t| t <= now)
+            }) else {
+                break;
+            };
+            let contenders: Vec<Contender> = st
+                .goals
+                .values()
+                .filter(|g| matches!(g.proj.state, GoalState::Queued | GoalState::Running) && !g.exhausted)
+                .map(|g| Contender {
+                    goal: g.proj.id.clone(),
+                    priority: g.proj.spec.resources.priority,
+                    in_flight: g.leases.len() as u32,
+                    max_in_flight: g.proj.spec.resources.gpus,
+                    served: g.served,
+                    age_key: (g.proj.created_ms, g.proj.id.trim_start_matches('g').parse().unwrap_or(0)),
+                })
+                .collect();
+            let Some(pick) = scheduler::pick(&contenders).map(|c| c.goal.clone()) else { break };
+
+            // A goal that was idle joins the competition at the current minimum.
+            let others = st
+                .goals
+                .values()
+                .filter(|g| g.proj.id != pick && !g.leases.is_empty())
+                .map(|g| g.served)
+                .collect::<Vec<_>>();
+            let rt = st.goals.get_mut(&pick).expect("picked goal exists");
+            if rt.leases.is_empty() {
+                rt.served = scheduler::join_served(rt.served, others.into_iter());
+            }
+            rt.served += 1;
+            let cancel = self.stopping.child_token();
+            rt.leases.push(LeaseRt { slot, cancel: cancel.clone() });
+            let goal_name = rt.proj.spec.name.clone();
+            let s = &mut st.slots[slot];
+            s.lease = Some(LeaseInfo {
+                goal: pick.clone(),
+                goal_name,
+                candidate: String::new(),
+                iteration: 0,
+                since_ms: now_ms(),
+            });
+            s.leased_at = Some(now);
+            let worker = s.worker.take();
+            let engine = self.clone();
+            tokio::spawn(async move {
+                let mut worker = worker;
+                if let Err(e) = engine.run_lease(&pick, slot, &mut worker, &cancel).await {
+                    tracing::error!(goal = %pick, "iteration failed: {e:#}");
+                    // A store failure (disk full, ...) must not spin: back off this slot.
+                    engine.state.lock().unwrap().slots[slot].not_before = Some(Instant::now() + Duration::from_secs(5));
+                }
+                engine.release(&pick, slot, worker);
+            });
+        }
+    }
+
+    fn release(&self, goal: &str, slot: usize, worker: Option<Worker>) {
+        {
+            let mut st = self.state.lock().unwrap();
+            if let Some(rt) = st.goals.get_mut(goal) {
+                // A slot has at most one lease, so the slot names it.
+                rt.leases.retain(|l| l.slot != slot);
+            }
+            let s = &mut st.slots[slot];
+            if let Some(t) = s.leased_at.take() {
+                s.busy += t.elapsed();
+            }
+            s.lease = None;
+            s.worker_pid = worker.as_ref().map(|w| w.pid() as u32);
+            s.worker = worker;
+        }
+        self.wake.notify_one();
+    }
+
+    // -- one lease: one iteration ---------------------------------------------
+
+    fn worker_spec(&self, slot: usize) -> WorkerSpec {
+        let info = self.state.lock().unwrap().slots[slot].info.clone();
+        WorkerSpec {
+            python: self.cfg.python.clone(),
+            script: self.cfg.worker_script(),
+            gpu_uuid: if info.is_gpu { Some(info.uuid.clone()) } else { None },
+            max_files: self.cfg.worker_max_files,
+            max_address_space: if info.is_gpu { 0 } else { self.cfg.worker_max_address_space_cpu },
+            start_timeout: self.cfg.worker_start_timeout,
+        }
+    }
+
+    fn slot_uuid(&self, slot: usize) -> String {
+        self.state.lock().unwrap().slots[slot].info.uuid.clone()
+    }
+
+    /// Makes sure the lease has a live worker. False: none could be started (the
+    /// slot backs off) or the lease was cancelled meanwhile.
+    async fn ensure_worker(&self, slot: usize, worker: &mut Option<Worker>, cancel: &CancellationToken) -> bool {
+        if worker.is_some() {
+            return true;
+        }
+        let spec = self.worker_spec(slot);
+        let started = tokio::select! {
+            r = Worker::start(&spec) => r,
+            _ = cancel.cancelled() => return false,
+        };
+        match started {
+            Ok(w) => {
+                let mut st = self.state.lock().unwrap();
+                let s = &mut st.slots[slot];
+                s.start_failures = 0;
+                s.worker_pid = Some(w.pid() as u32);
+                s.health_reason = None;
+                *worker = Some(w);
+                true
+            }
+            Err(e) => {
+                let mut st = self.state.lock().unwrap();
+                let s = &mut st.slots[slot];
+                s.start_failures += 1;
+                let backoff = Duration::from_secs((1u64 << s.start_failures.min(6)).min(60));
+                s.not_before = Some(Instant::now() + backoff);
+                s.health_reason = Some(format!("worker failed to start (retry in {backoff:?}): {e}"));
+                tracing::error!(device = %s.info.uuid, "{e}");
+                false
+            }
+        }
+    }
+
+    /// Kills a worker whose state is unknown (timeout, protocol error, abort).
+    async fn discard(worker: &mut Option<Worker>) {
+        if let Some(w) = worker.take() {
+            w.kill().await;
+        }
+    }
+
+    async fn run_lease(
+        &self,
+        goal: &str,
+        slot: usize,
+        worker: &mut Option<Worker>,
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<()> {
+        if !self.ensure_worker(slot, worker, cancel).await {
+            return Ok(());
+        }
+        if !self.describe_seeds(goal, slot, worker, cancel).await? {
+            return Ok(());
+        }
+        let Some(work) = self.take_work(goal, slot).await? else { return Ok(()) };
+        let result = self.evaluate(goal, slot, &work, worker, cancel).await?;
+        let Some(result) = result else { return Ok(()) };
+        self.record(goal, slot, &work, result).await
+    }
+
+    /// Describes every seed the log has no description of yet (once per goal, ever).
+    /// False when the lease should end (cancelled, or the worker was lost).
+    async fn describe_seeds(
+        &self,
+        goal: &str,
+        slot: usize,
+        worker: &mut Option<Worker>,
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<bool> {
+        let (spec, known) = {
+            let st = self.state.lock().unwrap();
+            let rt = st.goals.get(goal).ok_or_else(|| anyhow!("goal {goal} vanished"))?;
+            (rt.proj.spec.clone(), rt.proj.seeds.keys().cloned().collect::<BTreeSet<_>>())
+        };
+        for seed in spec.seeds.iter().filter(|s| !known.contains(&s.name)) {
+            let path = self.source_file(&seed.source)?;
+            let req = json!({"op": "describe", "task_dir": spec.task_dir, "candidate": path});
+            let w = worker.as_mut().expect("ensured");
+            let reply = tokio::select! {
+                r = w.call(req, DESCRIBE_TIMEOUT) => r,
+                _ = cancel.cancelled() => { Self::discard(worker).await; return Ok(false); }
+            };
+            let (space, default, rejected) = match reply {
+                Ok(v) if v.get("ok").and_then(Value::as_bool) == Some(true) => {
+                    let rejected = match v.get("class").and_then(Value::as_str) {
+                        Some("ok") | None => None,
+                        Some(_) => Some(v.get("message").and_then(Value::as_str).unwrap_or("rejected").to_string()),
+                    };
+                    (v.get("space").cloned().unwrap_or(json!({})), v.get("default").cloned().unwrap_or(json!({})), rejected)
+                }
+                Ok(v) => {
+                    let msg = v.get("error").and_then(Value::as_str).unwrap_or("describe failed").to_string();
+                    (json!({}), json!({}), Some(msg))
+                }
+                Err(e) => {
+                    // The worker died or hung importing the seed: record it as a rejection
+                    // of that seed rather than retrying forever.
+                    Self::discard(worker).await;
+                    (json!({}), json!({}), Some(format!("describe failed: {e}")))
+                }
+            };
+            self.commit(vec![NewEvent::goal(
+                goal,
+                EventKind::SeedDescribed { seed: seed.name.clone(), space, default, rejected },
+            )])
+            .await?;
+            if worker.is_none() && !self.ensure_worker(slot, worker, cancel).await {
+                return Ok(false);
+            }
+        }
+        // Every seed rejected: the goal cannot make progress.
+        let rejections: Option<Vec<String>> = {
+            let st = self.state.lock().unwrap();
+            let rt = st.goals.get(goal).ok_or_else(|| anyhow!("goal {goal} vanished"))?;
+            let all_rejected = rt.proj.seeds.len() == rt.proj.spec.seeds.len()
+                && rt.proj.seeds.values().all(|s| s.rejected.is_some());
+            all_rejected.then(|| {
+                rt.proj.seeds.iter().map(|(n, s)| format!("{n}: {}", s.rejected.clone().unwrap_or_default())).collect()
+            })
+        };
+        if let Some(r) = rejections {
+            let guard = self.commit_lock.lock().await;
+            self.finish_goal(&guard, goal, GoalState::Failed, format!("every seed was rejected: {}", r.join("; ")))
+                .await?;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Writes a candidate's source where the worker can load it; content-addressed.
+    fn source_file(&self, source: &str) -> anyhow::Result<PathBuf> {
+        let dir = self.cfg.sources_dir();
+        let path = dir.join(format!("{}.py", store::source_hash(source)));
+        if !path.is_file() {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let tmp = path.with_extension("py.tmp");
+            std::fs::write(&tmp, source).with_context(|| format!("writing {}", tmp.display()))?;
+            std::fs::rename(&tmp, &path)?;
+        }
+        Ok(path)
+    }
+
+    /// Picks what this lease evaluates: a pending candidate first (a restart's re-run),
+    /// else the agent's next proposal. Commits the proposal and the start. None: nothing
+    /// to do now (and the goal may have been completed for that reason).
+    async fn take_work(&self, goal: &str, slot: usize) -> anyhow::Result<Option<Pending>> {
+        let guard = self.commit_lock.lock().await;
+        let device = self.slot_uuid(slot);
+        loop {
+            let (proj, active, others_busy) = {
+                let st = self.state.lock().unwrap();
+                let rt = st.goals.get(goal).ok_or_else(|| anyhow!("goal {goal} vanished"))?;
+                (rt.proj.clone(), rt.active.clone(), rt.leases.len() > 1 || !rt.active.is_empty())
+            };
+            if !matches!(proj.state, GoalState::Queued | GoalState::Running) || self.stopping.is_cancelled() {
+                return Ok(None);
+            }
+            if proj.state == GoalState::Queued {
+                self.append(
+                    &guard,
+                    vec![NewEvent::goal(
+                        goal,
+                        EventKind::GoalStateChanged { from: GoalState::Queued, to: GoalState::Running, reason: None },
+                    )],
+                )
+                .await?;
+            }
+
+            // 1. Re-run what was started and never finished.
+            if let Some(p) = proj.pending.values().find(|p| !active.contains(&p.iteration)).cloned() {
+                if p.attempts >= self.cfg.max_attempts {
+                    let msg = format!(
+                        "started {} times without a result (the daemon or its worker died each time); quarantined",
+                        p.attempts
+                    );
+                    self.append(
+                        &guard,
+                        vec![NewEvent::goal(
+                            goal,
+                            EventKind::EvaluationFinished {
+                                iteration: p.iteration,
+                                candidate: p.candidate.clone(),
+                                device: device.clone(),
+                                result: EvalResult::failure(ResultClass::Quarantined, msg, 0.0),
+                            },
+                        )],
+                    )
+                    .await?;
+                    continue;
+                }
+                return self.start_evaluation(&guard, goal, slot, p).await.map(Some);
+            }
+
+            // 2. Something new, within the iteration budget.
+            let budget_left = proj.spec.budget.iterations.map_or(true, |b| proj.iteration < b);
+            let proposal = if budget_left {
+                let store = self.store.clone();
+                let id = goal.to_string();
+                let history = tokio::task::spawn_blocking(move || store.evaluations(&id)).await??;
+                agent::for_goal(&proj)?.propose(&proj, &history, proj.iteration + 1)?
+            } else {
+                None
+            };
+            let Some(proposal) = proposal else {
+                if others_busy {
+                    // Results still to come may change the picture (new neighbours, a stop rule).
+                    self.state.lock().unwrap().goals.get_mut(goal).map(|rt| rt.exhausted = true);
+                    return Ok(None);
+                }
+                let reason = if budget_left { "space_exhausted" } else { "budget_iterations" };
+                self.finish_goal(&guard, goal, GoalState::Completed, reason.into()).await?;
+                return Ok(None);
+            };
+            let source = match &proposal.source {
+                Some(s) => s.clone(),
+                None => proj
+                    .spec
+                    .seeds
+                    .iter()
+                    .find(|s| s.name == proposal.seed)
+                    .map(|s| s.source.clone())
+                    .ok_or_else(|| anyhow!("agent proposed unknown seed {}", proposal.seed))?,
+            };
+            let iteration = proj.iteration + 1;
+            let candidate = store::candidate_id(&source, &proposal.config);
+            self.append(
+                &guard,
+                vec![NewEvent::goal(
+                    goal,
+                    EventKind::CandidateProposed {
+                        iteration,
+                        candidate,
+                        seed: proposal.seed.clone(),
+                        config: proposal.config.clone(),
+                        agent: proj.spec.agent.kind.clone(),
+                        source: proposal.source.clone(),
+                        note: proposal.note.clone(),
+                    },
+                )],
+            )
+            .await?;
+            let pending = self.state.lock().unwrap().goals[goal].proj.pending.get(&iteration).cloned();
+            let pending = pending.ok_or_else(|| anyhow!("proposal {iteration} missing from the projection"))?;
+            return self.start_evaluation(&guard, goal, slot, pending).await.map(Some);
+        }
+    }
+
+    async fn start_evaluation(
+        &self,
+        guard: &CommitGuard<'_>,
+        goal: &str,
+        slot: usize,
+        p: Pending,
+    ) -> anyhow::Result<Pending> {
+        let device = self.slot_uuid(slot);
+        self.append(
+            guard,
+            vec![NewEvent::goal(
+                goal,
+                EventKind::EvaluationStarted {
+                    iteration: p.iteration,
+                    candidate: p.candidate.clone(),
+                    device,
+                    attempt: p.attempts + 1,
+                },
+            )],
+        )
+        .await?;
+        let mut st = self.state.lock().unwrap();
+        if let Some(rt) = st.goals.get_mut(goal) {
+            rt.active.insert(p.iteration);
+        }
+        if let Some(lease) = st.slots[slot].lease.as_mut() {
+            lease.candidate = p.candidate.clone();
+            lease.iteration = p.iteration;
+        }
+        Ok(p)
+    }
+
+    fn candidate_source(&self, goal: &str, p: &Pending) -> anyhow::Result<String> {
+        if let Some(h) = &p.source_hash {
+            return self.store.source(h)?.ok_or_else(|| anyhow!("source {h} missing from the store"));
+        }
+        let st = self.state.lock().unwrap();
+        let rt = st.goals.get(goal).ok_or_else(|| anyhow!("goal {goal} vanished"))?;
+        rt.proj
+            .spec
+            .seeds
+            .iter()
+            .find(|s| s.name == p.seed)
+            .map(|s| s.source.clone())
+            .ok_or_else(|| anyhow!("seed {} not in goal", p.seed))
+    }
+
+    /// Runs the evaluation. None: it was aborted (and the abort is recorded).
+    async fn evaluate(
+        &self,
+        goal: &str,
+        slot: usize,
+        p: &Pending,
+        worker: &mut Option<Worker>,
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<Option<EvalResult>> {
+        let source = self.candidate_source(goal, p)?;
+        let path = self.source_file(&source)?;
+        let spec = self.state.lock().unwrap().goals[goal].proj.spec.clone();
+        // Fresh correctness seeds for every evaluation (and every attempt), reproducible from the log.
+        let base = u64::from_str_radix(&p.candidate[..8.min(p.candidate.len())], 16).unwrap_or(0);
+        let seeds: Vec<u64> = (0..SEEDS_PER_EVALUATION as u64)
+            .map(|i| (base ^ (p.iteration << 20) ^ ((p.attempts as u64) << 40)).wrapping_add(i * 7919) % 1_000_000_007)
+            .collect();
+        let req = json!({
+            "op": "evaluate",
+            "task_dir": spec.task_dir,
+            "candidate": path,
+            "config": p.config,
+            "shapes": spec.shapes,
+            "baseline": spec.baseline,
+            "seeds": seeds,
+            "timing": {"warmup_ms": 25, "min_reps": 20, "max_reps": 200, "target_noise_pct": 1.0},
+            "profile": true,
+        });
+        let device = self.slot_uuid(slot);
+        if worker.is_none() && !self.ensure_worker(slot, worker, cancel).await {
+            self.abort(goal, p, &device, "no worker could be started").await?;
+            return Ok(None);
+        }
+        let started = Instant::now();
+        let w = worker.as_mut().expect("ensured");
+        let reply = tokio::select! {
+            r = w.call(req, self.cfg.eval_timeout) => r,
+            _ = cancel.cancelled() => {
+                // Pause, cancel, completion or shutdown: the GPU is freed at once.
+                Self::discard(worker).await;
+                let why = self.abort_reason(goal);
+                self.abort(goal, p, &device, &why).await?;
+                return Ok(None);
+            }
+        };
+        let elapsed = started.elapsed().as_secs_f64();
+        let result = match reply {
+            Ok(v) if v.get("ok").and_then(Value::as_bool) == Some(true) => {
+                match v.get("result").cloned().map(serde_json::from_value::<EvalResult>) {
+                    Some(Ok(mut r)) => {
+                        if r.elapsed_s <= 0.0 {
+                            r.elapsed_s = elapsed;
+                        }
+                        r
+                    }
+                    Some(Err(e)) => EvalResult::failure(ResultClass::Error, format!("unreadable result from the worker: {e}"), elapsed),
+                    None => EvalResult::failure(ResultClass::Error, "the worker's reply had no result", elapsed),
+                }
+            }
+            Ok(v) => {
+                let msg = v.get("error").and_then(Value::as_str).unwrap_or("the worker refused the request");
+                EvalResult::failure(ResultClass::Error, msg, elapsed)
+            }
+            Err(WorkerError::Timeout(t)) => {
+                Self::discard(worker).await;
+                EvalResult::failure(
+                    ResultClass::TimedOut,
+                    format!("no result within {}s; the worker's process group was killed", t.as_secs()),
+                    elapsed,
+                )
+            }
+            Err(WorkerError::Died { status, stderr }) => {
+                Self::discard(worker).await;
+                EvalResult::failure(ResultClass::Crashed, format!("the worker died ({status}); its last output:\n{stderr}"), elapsed)
+            }
+            Err(e) => {
+                Self::discard(worker).await;
+                EvalResult::failure(ResultClass::Error, e.to_string(), elapsed)
+            }
+        };
+        Ok(Some(result))
+    }
+
+    fn abort_reason(&self, goal: &str) -> String {
+        if self.stopping.is_cancelled() {
+            return "daemon stopping".into();
+        }
+        let st = self.state.lock().unwrap();
+        match st.goals.get(goal).map(|g| g.proj.state) {
+            Some(s) => format!("goal {s}"),
+            None => "goal gone".into(),
+        }
+    }
+
+    async fn abort(&self, goal: &str, p: &Pending, device: &str, reason: &str) -> anyhow::Result<()> {
+        self.commit(vec![NewEvent::goal(
+            goal,
+            EventKind::EvaluationAborted {
+                iteration: p.iteration,
+                candidate: p.candidate.clone(),
+                device: device.to_string(),
+                reason: reason.to_string(),
+            },
+        )])
+        .await?;
+        let mut st = self.state.lock().unwrap();
+        if let Some(rt) = st.goals.get_mut(goal) {
+            rt.active.remove(&p.iteration);
+        }
+        Ok(())
+    }
+
+    /// Records a result (and a new best, when it beats the old one beyond the noise),
+    /// then applies the stop rules.
+    async fn record(&self, goal: &str, slot: usize, p: &Pending, result: EvalResult) -> anyhow::Result<()> {
+        let guard = self.commit_lock.lock().await;
+        let device = self.slot_uuid(slot);
+        let prev = self.state.lock().unwrap().goals[goal].proj.best.clone();
+        let mut items = Vec::new();
+        let new_best = result.is_scored().then(|| result.speedup.unwrap()).and_then(|s| {
+            let spread = result.spread_pct.unwrap_or(0.0).max(0.0);
+            let better = match &prev {
+                None => true,
+                Some(b) => s > b.speedup * (1.0 + spread.max(b.spread_pct) / 100.0),
+            };
+            better.then(|| BestSummary {
+                candidate: p.candidate.clone(),
+                seed: p.seed.clone(),
+                config: p.config.clone(),
+                speedup: s,
+                spread_pct: spread,
+                iteration: p.iteration,
+                interpreted: result.interpreted,
+            })
+        });
+        // A throttled measurement drains the device for a cool-down.
+        let throttled = result
+            .device
+            .get("throttle_reasons")
+            .and_then(Value::as_array)
+            .map_or(false, |a| a.iter().any(|r| r.as_str().map_or(false, |s| s.contains("thermal") || s.contains("power"))));
+        items.push(NewEvent::goal(
+            goal,
+            EventKind::EvaluationFinished { iteration: p.iteration, candidate: p.candidate.clone(), device: device.clone(), result },
+        ));
+        if let Some(best) = new_best {
+            items.push(NewEvent::goal(goal, EventKind::NewBest { best, previous: prev.map(|b| b.speedup) }));
+        }
+        if throttled {
+            items.push(NewEvent::daemon(EventKind::DeviceHealth {
+                device: device.clone(),
+                health: Health::Drained,
+                reason: Some("thermal or power throttling during a measurement".into()),
+            }));
+        }
+        self.append(&guard, items).await?;
+        {
+            let mut st = self.state.lock().unwrap();
+            if let Some(rt) = st.goals.get_mut(goal) {
+                rt.active.remove(&p.iteration);
+                rt.exhausted = false;
+            }
+            let s = &mut st.slots[slot];
+            s.evaluations += 1;
+            if throttled {
+                s.health = Health::Drained;
+                s.health_reason = Some("thermal or power throttling during a measurement; cooling down".into());
+                s.not_before = Some(Instant::now() + THROTTLE_COOLDOWN);
+            }
+        }
+        if let Some((state, reason)) = self.stop_rule(goal) {
+            self.finish_goal(&guard, goal, state, reason).await?;
+        }
+        Ok(())
+    }
+
+    /// The stop rule or budget that ends the goal now, if any (iterations and an
+    /// exhausted space are decided when taking work).
+    fn stop_rule(&self, goal: &str) -> Option<(GoalState, String)> {
+        let st = self.state.lock().unwrap();
+        let g = &st.goals.get(goal)?.proj;
+        if g.state.is_terminal() {
+            return None;
+        }
+        if let (Some(t), Some(b)) = (g.spec.stop.target_speedup, &g.best) {
+            if b.speedup >= t {
+                return Some((GoalState::Completed, "target_reached".into()));
+            }
+        }
+        if let Some(p) = g.spec.stop.plateau {
+            if g.evaluations > 0 && g.iteration.saturating_sub(g.last_improvement) >= p && g.pending.is_empty() {
+                return Some((GoalState::Completed, "plateau".into()));
+            }
+        }
+        if let Some(h) = g.spec.budget.gpu_hours {
+            if g.gpu_ms as f64 / 3.6e6 >= h {
+                return Some((GoalState::Completed, "budget_gpu_hours".into()));
+            }
+        }
+        if let Some(w) = g.spec.budget.wall_s {
+            if g.wall_ms_at(now_ms()) >= w * 1000 {
+                return Some((GoalState::Completed, "budget_wall".into()));
+            }
+        }
+        None
+    }
+
+    /// Moves a goal to a terminal (or paused) state and stops its other leases.
+    async fn finish_goal(&self, guard: &CommitGuard<'_>, goal: &str, to: GoalState, reason: String) -> anyhow::Result<()> {
+        let from = match self.state.lock().unwrap().goals.get(goal) {
+            Some(rt) if !rt.proj.state.is_terminal() => rt.proj.state,
+            _ => return Ok(()),
+        };
+        self.append(guard, vec![NewEvent::goal(goal, EventKind::GoalStateChanged { from, to, reason: Some(reason) })])
+            .await?;
+        self.cancel_leases(goal);
+        Ok(())
+    }
+
+    fn cancel_leases(&self, goal: &str) {
+        let st = self.state.lock().unwrap();
+        if let Some(rt) = st.goals.get(goal) {
+            for l in &rt.leases {
+                l.cancel.cancel();
+            }
+        }
+        drop(st);
+        self.wake.notify_one();
+    }
+
+    async fn check_wall_budgets(&self) {
+        let over: Vec<String> = {
+            let st = self.state.lock().unwrap();
+            let now = now_ms();
+            st.goals
+                .values()
+                .filter(|g| g.proj.state == GoalState::Running)
+                .filter(|g| g.proj.spec.budget.wall_s.map_or(false, |w| g.proj.wall_ms_at(now) >= w * 1000))
+                .map(|g| g.proj.id.clone())
+                .collect()
+        };
+        for goal in over {
+            let guard = self.commit_lock.lock().await;
+            if let Err(e) = self.finish_goal(&guard, &goal, GoalState::Completed, "budget_wall".into()).await {
+                tracing::error!(%goal, "recording the wall budget's end: {e:#}");
+            }
+        }
+    }
+
+    async fn check_health(&self) {
+        let (uuids, ours): (Vec<(usize, String, Health, bool)>, BTreeSet<u32>) = {
+            let st = self.state.lock().unwrap();
+            let now = Instant::now();
+            (
+                st.slots
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| (i, s.info.uuid.clone(), s.health.clone(), s.not_before.map_or(true, |t| t <= now)))
+                    .collect(),
+                st.slots.iter().filter_map(|s| s.worker_pid).collect(),
+            )
+        };
+        let devices = self.devices.clone();
+        let readings = tokio::task::spawn_blocking(move || {
+            uuids
+                .into_iter()
+                .map(|(i, u, h, cool)| {
+                    let r = devices.health(&u, &ours);
+                    (i, u, h, cool, r)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        for (i, uuid, was, cooled, reading) in readings {
+            let reason = reading.drain_reason();
+            let now_health = if reason.is_some() || !cooled { Health::Drained } else { Health::Healthy };
+            if now_health == was {
+                continue;
+            }
+            {
+                let mut st = self.state.lock().unwrap();
+                let s = &mut st.slots[i];
+                s.health = now_health.clone();
+                if reason.is_some() {
+                    s.health_reason = reason.clone();
+                } else if now_health == Health::Healthy {
+                    s.health_reason = None;
+                }
+            }
+            if let Err(e) = self
+                .commit(vec![NewEvent::daemon(EventKind::DeviceHealth { device: uuid, health: now_health, reason })])
+                .await
+            {
+                tracing::error!("recording device health: {e:#}");
+            }
+            self.wake.notify_one();
+        }
+    }
+
+    // -- the control plane's operations ------------------------------------------
+
+    fn resolve(&self, goal_ref: &str) -> RpcResult<String> {
+        let st = self.state.lock().unwrap();
+        if st.goals.contains_key(goal_ref) {
+            return Ok(goal_ref.to_string());
+        }
+        // By name: the newest active goal of that name, else the newest of that name.
+        let mut named: Vec<&GoalRt> = st.goals.values().filter(|g| g.proj.spec.name == goal_ref).collect();
+        named.sort_by_key(|g| (!g.proj.state.is_terminal(), g.proj.created_ms, g.proj.id.len(), g.proj.id.clone()));
+        named
+            .last()
+            .map(|g| g.proj.id.clone())
+            .ok_or_else(|| rpc_err(code::GOAL_NOT_FOUND, format!("no goal `{goal_ref}` (by id or name); `kernelctl status` lists them")))
+    }
+
+    fn may_modify(&self, uid: u32, owner: u32) -> bool {
+        if uid == 0 || uid == owner || uid == nix::unistd::geteuid().as_raw() {
+            return true;
+        }
+        let Some(group) = &self.cfg.admin_group else { return false };
+        let Ok(Some(g)) = nix::unistd::Group::from_name(group) else { return false };
+        match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+            Ok(Some(u)) => u.gid == g.gid || g.mem.iter().any(|m| *m == u.name),
+            _ => false,
+        }
+    }
+
+    fn summary(&self, goal: &str) -> RpcResult<GoalSummary> {
+        let st = self.state.lock().unwrap();
+        let rt = st.goals.get(goal).ok_or_else(|| rpc_err(code::GOAL_NOT_FOUND, format!("no goal {goal}")))?;
+        Ok(rt.proj.summary(now_ms(), rt.leases.len() as u32))
+    }
+
+    pub async fn enqueue(&self, params: EnqueueParams, uid: u32) -> RpcResult<EnqueueResult> {
+        if self.stopping.is_cancelled() {
+            return Err(rpc_err(code::SHUTTING_DOWN, "kerneld is stopping; enqueue again once it is back"));
+        }
+        let kernels = self.cfg.kernels_dir.clone();
+        let (path, source) = (params.path.clone(), params.source.clone());
+        let spec = tokio::task::spawn_blocking(move || crate::goal::parse(&path, &source, &kernels))
+            .await
+            .map_err(internal)?
+            .map_err(|e| rpc_err(code::INVALID_GOAL, e.to_string()))?;
+        let guard = self.commit_lock.lock().await;
+        if params.unique {
+            let st = self.state.lock().unwrap();
+            if let Some(g) = st.goals.values().find(|g| g.proj.spec.name == spec.name && !g.proj.state.is_terminal()) {
+                return Ok(EnqueueResult { id: g.proj.id.clone(), name: spec.name, created: false });
+            }
+        }
+        let name = spec.name.clone();
+        let store = self.store.clone();
+        let (id, evs) = tokio::task::spawn_blocking(move || store.enqueue_goal(spec, uid))
+            .await
+            .map_err(internal)?
+            .map_err(internal)?;
+        {
+            let mut st = self.state.lock().unwrap();
+            let proj = self.store.goal(&id).map_err(internal)?.ok_or_else(|| internal("enqueued goal missing"))?;
+            st.goals.insert(id.clone(), GoalRt { proj, leases: Vec::new(), active: BTreeSet::new(), served: 0, exhausted: false });
+        }
+        drop(guard);
+        for ev in evs {
+            let _ = self.events.send(ev);
+        }
+        self.wake.notify_one();
+        Ok(EnqueueResult { id, name, created: true })
+    }
+
+    pub fn status(&self, goal: Option<&str>) -> RpcResult<Vec<GoalSummary>> {
+        match goal {
+            Some(g) => {
+                let id = self.resolve(g)?;
+                Ok(vec![self.summary(&id)?])
+            }
+            None => {
+                let st = self.state.lock().unwrap();
+                let now = now_ms();
+                let mut all: Vec<GoalSummary> =
+                    st.goals.values().map(|g| g.proj.summary(now, g.leases.len() as u32)).collect();
+                all.sort_by_key(|g| (g.created_ms, g.id.trim_start_matches('g').parse::<u64>().unwrap_or(0)));
+                Ok(all)
+            }
+        }
+    }
+
+    pub async fn show(&self, goal: &str) -> RpcResult<GoalDetail> {
+        let id = self.resolve(goal)?;
+        let summary = self.summary(&id)?;
+        let spec = self.state.lock().unwrap().goals[&id].proj.spec.clone();
+        let store = self.store.clone();
+        let gid = id.clone();
+        let mut recent = tokio::task::spawn_blocking(move || store.evaluations(&gid)).await.map_err(internal)?.map_err(internal)?;
+        let cut = recent.len().saturating_sub(RECENT);
+        recent.drain(..cut);
+        Ok(GoalDetail { summary, spec, recent })
+    }
+
+    pub async fn pause(&self, goal: &str, uid: u32) -> RpcResult<GoalSummary> {
+        self.transition(goal, uid, |s| matches!(s, GoalState::Queued | GoalState::Running), GoalState::Paused, "pause")
+            .await
+    }
+
+    pub async fn resume(&self, goal: &str, uid: u32) -> RpcResult<GoalSummary> {
+        let id = self.resolve(goal)?;
+        // A goal that never ran goes back to the queue; one that ran continues running.
+        let ran = self.state.lock().unwrap().goals.get(&id).map_or(false, |g| g.proj.wall_ms > 0 || g.proj.iteration > 0);
+        let to = if ran { GoalState::Running } else { GoalState::Queued };
+        self.transition(&id, uid, |s| s == GoalState::Paused, to, "resume").await
+    }
+
+    pub async fn cancel(&self, goal: &str, uid: u32) -> RpcResult<GoalSummary> {
+        self.transition(goal, uid, |s| !s.is_terminal(), GoalState::Cancelled, "cancel").await
+    }
+
+    async fn transition(
+        &self,
+        goal: &str,
+        uid: u32,
+        allowed: impl Fn(GoalState) -> bool,
+        to: GoalState,
+        verb: &str,
+    ) -> RpcResult<GoalSummary> {
+        let id = self.resolve(goal)?;
+        let guard = self.commit_lock.lock().await;
+        let (from, owner) = {
+            let st = self.state.lock().unwrap();
+            let g = &st.goals[&id].proj;
+            (g.state, g.owner_uid)
+        };
+        if !self.may_modify(uid, owner) {
+            return Err(rpc_err(
+                code::PERMISSION_DENIED,
+                format!("goal {id} belongs to uid {owner}; only its owner, root or the admin group may {verb} it"),
+            ));
+        }
+        if !allowed(from) {
+            return Err(rpc_err(code::INVALID_STATE, format!("cannot {verb} goal {id}: it is {from}")));
+        }
+        let reason = (to == GoalState::Cancelled).then(|| format!("cancelled by uid {uid}"));
+        self.append(&guard, vec![NewEvent::goal(&id, EventKind::GoalStateChanged { from, to, reason })])
+            .await
+            .map_err(internal)?;
+        drop(guard);
+        if matches!(to, GoalState::Paused | GoalState::Cancelled) {
+            // Abort what is in flight: the GPU goes to the next goal at once.
+            self.cancel_leases(&id);
+        }
+        self.wake.notify_one();
+        self.summary(&id)
+    }
+
+    pub async fn best(&self, goal: &str) -> RpcResult<BestResult> {
+        let id = self.resolve(goal)?;
+        let best = self.state.lock().unwrap().goals[&id].proj.best.clone();
+        let best = best.ok_or_else(|| rpc_err(code::NO_BEST, format!("goal {id} has no correct candidate yet")))?;
+        let store = self.store.clone();
+        let (gid, it) = (id.clone(), best.iteration);
+        let rec = tokio::task::spawn_blocking(move || store.evaluation(&gid, it))
+            .await
+            .map_err(internal)?
+            .map_err(internal)?
+            .ok_or_else(|| internal(format!("evaluation {it} of the best is missing")))?;
+        let pending = Pending {
+            iteration: rec.iteration,
+            candidate: rec.candidate.clone(),
+            seed: rec.seed.clone(),
+            config: rec.config.clone(),
+            source_hash: rec.source_hash.clone(),
+            attempts: 0,
+        };
+        let source = self.candidate_source(&id, &pending).map_err(internal)?;
+        Ok(BestResult { goal: id, summary: best, source: with_config_header(&source, &rec.config), result: rec.result })
+    }
+
+    pub async fn events(&self, p: &EventsParams) -> RpcResult<Vec<Event>> {
+        let goal = p.goal.as_deref().map(|g| self.resolve(g)).transpose()?;
+        let store = self.store.clone();
+        let (after, limit) = (p.after, p.limit.map(|l| l as usize));
+        tokio::task::spawn_blocking(move || match after {
+            Some(a) => store.events(goal.as_deref(), a, limit.unwrap_or(usize::MAX)),
+            None => match limit {
+                Some(l) => store.last_events(goal.as_deref(), l),
+                None => store.events(goal.as_deref(), 0, usize::MAX),
+            },
+        })
+        .await
+        .map_err(internal)?
+        .map_err(internal)
+    }
+
+    /// Resolves a goal reference for event filtering (follow mode).
+    pub fn resolve_goal(&self, goal: &str) -> RpcResult<String> {
+        self.resolve(goal)
+    }
+
+    pub async fn context(&self, goal: &str) -> RpcResult<ContextResult> {
+        let id = self.resolve(goal)?;
+        let proj = self.state.lock().unwrap().goals[&id].proj.clone();
+        let store = self.store.clone();
+        let gid = id.clone();
+        let history = tokio::task::spawn_blocking(move || store.evaluations(&gid)).await.map_err(internal)?.map_err(internal)?;
+        let text = context::compact(&proj, &history, context::budget(&proj.spec));
+        Ok(ContextResult { goal: id, text })
+    }
+
+    pub fn gpus(&self) -> GpusResult {
+        let st = self.state.lock().unwrap();
+        let devices = st
+            .slots
+            .iter()
+            .map(|s| GpuStatus {
+                uuid: s.info.uuid.clone(),
+                name: s.info.name.clone(),
+                compute_capability: s.info.compute_capability.map(|(a, b)| format!("{a}.{b}")),
+                memory_total_mib: s.info.memory_total_mib,
+                sm_clock_mhz: None,
+                health: s.health.clone(),
+                health_reason: s.health_reason.clone(),
+                lease: s.lease.clone(),
+                evaluations: s.evaluations,
+                busy_s: (s.busy + s.leased_at.map_or(Duration::ZERO, |t| t.elapsed())).as_secs_f64(),
+            })
+            .collect();
+        GpusResult { mode: self.devices.mode().into(), note: self.devices.note(), devices }
+    }
+
+    pub fn version(&self) -> RpcResult<VersionResult> {
+        Ok(VersionResult {
+            version: env!("CARGO_PKG_VERSION").into(),
+            protocol: PROTOCOL,
+            pid: std::process::id(),
+            mode: self.devices.mode().into(),
+            state_dir: self.cfg.state_dir.display().to_string(),
+            last_seq: self.store.last_seq().map_err(internal)?,
+        })
+    }
+
+    /// Records the graceful stop (after the loop has recorded every abort).
+    pub async fn record_stop(&self, reason: &str) -> anyhow::Result<()> {
+        self.commit(vec![NewEvent::daemon(EventKind::DaemonStopped { reason: reason.into() })]).await?;
+        tracing::info!(uptime_s = self.started.elapsed().as_secs(), "stopped: {reason}");
+        Ok(())
+    }
+
+    /// Counts for tests and the log: slots, and which goals hold leases.
+    pub fn lease_counts(&self) -> HashMap<String, usize> {
+        let st = self.state.lock().unwrap();
+        st.goals.iter().map(|(k, g)| (k.clone(), g.leases.len())).collect()
+    }
+}
+
+/// The best candidate's source with its configuration appended as `BEST` (after any
+/// `BEST` the source had), so the file a user takes is self-describing.
+fn with_config_header(source: &str, config: &Value) -> String {
+    let sep = if source.ends_with('\n') { "" } else { "\n" };
+    format!("{source}{sep}\n# The configuration kerneld measured best for this source.\nBEST = {}\n", py_literal(config))
+}
+
+/// A JSON object as a Python literal (true/false/null spelled the Python way).
+fn py_literal(v: &Value) -> String {
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(b) => if *b { "True".into() } else { "False".into() },
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => serde_json::to_string(s).unwrap_or_default(),
+        Value::Array(a) => format!("[{}]", a.iter().map(py_literal).collect::<Vec<_>>().join(", ")),
+        Value::Object(m) => format!(
+            "{{{}}}",
+            m.iter().map(|(k, v)| format!("{}: {}", serde_json::to_string(k).unwrap_or_default(), py_literal(v))).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}

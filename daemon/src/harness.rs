@@ -1,0 +1,269 @@
+//! The daemon's half of the harness worker protocol (docs/HARNESS.md section 3).
+//!
+//! One persistent Python worker per evaluation slot, in its own process group, so
+//! that a timeout or a crash is answered by killing the whole group: the next
+//! evaluation never runs in a poisoned CUDA context. Only this module spawns workers.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio_util::codec::{FramedRead, LinesCodec};
+
+/// Largest line a worker may print (a result with profiles is far smaller).
+const WORKER_MAX_LINE: usize = 4 * 1024 * 1024;
+/// Lines of the worker's stderr kept for the message of a crash.
+const STDERR_TAIL: usize = 40;
+
+/// How to start a worker for one slot.
+#[derive(Debug, Clone)]
+pub struct WorkerSpec {
+    pub python: PathBuf,
+    pub script: PathBuf,
+    /// The GPU's UUID, or None for the CPU slot (Triton's interpreter).
+    pub gpu_uuid: Option<String>,
+    pub max_files: u64,
+    /// Address-space limit in bytes (CPU mode only; 0 = none).
+    pub max_address_space: u64,
+    pub start_timeout: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("could not start the harness worker ({python} {script}): {source}; check `python` in kerneld.toml (it needs torch and triton)")]
+    Spawn { python: String, script: String, source: std::io::Error },
+    #[error("the harness worker did not become ready within {0:?}: {1}")]
+    NotReady(Duration, String),
+    #[error("the evaluation exceeded its {0:?} wall-clock limit; the worker's process group was killed")]
+    Timeout(Duration),
+    #[error("the harness worker died ({status}): {stderr}")]
+    Died { status: String, stderr: String },
+    #[error("the harness worker broke the protocol: {0}")]
+    Protocol(String),
+}
+
+/// A running worker. Dropping it kills its process group.
+pub struct Worker {
+    child: Child,
+    pgid: Pid,
+    stdin: ChildStdin,
+    lines: FramedRead<ChildStdout, LinesCodec>,
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    next_id: u64,
+    /// The worker's ready line (versions, device).
+    pub ready: Value,
+    pub started: Instant,
+}
+
+impl Worker {
+    /// Starts a worker and waits for its ready line.
+    pub async fn start(spec: &WorkerSpec) -> Result<Worker, WorkerError> {
+        let mut cmd = Command::new(&spec.python);
+        cmd.arg("-u")
+            .arg(&spec.script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env("PYTHONUNBUFFERED", "1")
+            // The worker must not talk to systemd in the daemon's name.
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("WATCHDOG_USEC")
+            .env_remove("WATCHDOG_PID")
+            .process_group(0)
+            .kill_on_drop(true);
+        match &spec.gpu_uuid {
+            Some(uuid) => {
+                cmd.env("CUDA_VISIBLE_DEVICES", uuid).env_remove("TRITON_INTERPRET");
+            }
+            None => {
+                cmd.env("CUDA_VISIBLE_DEVICES", "").env("TRITON_INTERPRET", "1");
+            }
+        }
+        let max_files = spec.max_files;
+        let max_as = spec.max_address_space;
+        // SAFETY: only async-signal-safe calls (setrlimit) between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                use nix::sys::resource::{setrlimit, Resource};
+                let _ = setrlimit(Resource::RLIMIT_NOFILE, max_files, max_files);
+                let _ = setrlimit(Resource::RLIMIT_CORE, 0, 0);
+                if max_as > 0 {
+                    let _ = setrlimit(Resource::RLIMIT_AS, max_as, max_as);
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(|source| WorkerError::Spawn {
+            python: spec.python.display().to_string(),
+            script: spec.script.display().to_string(),
+            source,
+        })?;
+        let pid = child.id().unwrap_or(0) as i32;
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+
+        // Keep the tail of stderr for crash messages, and pass it on to our log.
+        let stderr_tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
+        let tail = stderr_tail.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::debug!(target: "worker", pid, "{line}");
+                let mut t = tail.lock().unwrap();
+                if t.len() == STDERR_TAIL {
+                    t.pop_front();
+                }
+                t.push_back(line);
+            }
+        });
+
+        let mut worker = Worker {
+            child,
+            pgid: Pid::from_raw(pid),
+            stdin,
+            lines: FramedRead::new(stdout, LinesCodec::new_with_max_length(WORKER_MAX_LINE)),
+            stderr_tail,
+            next_id: 1,
+            ready: Value::Null,
+            started: Instant::now(),
+        };
+        let ready = match tokio::time::timeout(spec.start_timeout, worker.read_line()).await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                let tail = worker.stderr_text();
+                worker.kill().await;
+                return Err(WorkerError::NotReady(spec.start_timeout, tail));
+            }
+        };
+        if ready.get("event").and_then(Value::as_str) != Some("ready") {
+            worker.kill().await;
+            return Err(WorkerError::Protocol(format!("expected a ready line, got {ready}")));
+        }
+        worker.ready = ready;
+        Ok(worker)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pgid.as_raw()
+    }
+
+    fn stderr_text(&self) -> String {
+        let t = self.stderr_tail.lock().unwrap();
+        let lines: Vec<&str> = t.iter().map(String::as_str).collect();
+        let text = lines.join("\n");
+        if text.is_empty() {
+            "(no output on stderr)".into()
+        } else {
+            text
+        }
+    }
+
+    async fn read_line(&mut self) -> Result<Value, WorkerError> {
+        match self.lines.next().await {
+            Some(Ok(line)) => serde_json::from_str(&line)
+                .map_err(|e| WorkerError::Protocol(format!("not JSON ({e}): {}", truncate(&line, 200)))),
+            Some(Err(e)) => Err(WorkerError::Protocol(e.to_string())),
+            None => {
+                // stdout closed: the worker is gone or going. Give stderr a moment to drain.
+                let status = match tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await {
+                    Ok(Ok(s)) => describe_status(s),
+                    _ => "closed its output".into(),
+                };
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Err(WorkerError::Died { status, stderr: self.stderr_text() })
+            }
+        }
+    }
+
+    /// Sends one request and waits for its reply, at most `timeout`. On a timeout the
+    /// caller must `kill` the worker: its state is unknown.
+    pub async fn call(&mut self, mut req: Value, timeout: Duration) -> Result<Value, WorkerError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        req["id"] = json!(id);
+        let mut line = req.to_string();
+        line.push('\n');
+        let exchange = async {
+            if let Err(e) = self.stdin.write_all(line.as_bytes()).await {
+                let _ = e;
+                return Err(WorkerError::Died { status: "stdin closed".into(), stderr: self.stderr_text() });
+            }
+            let _ = self.stdin.flush().await;
+            loop {
+                let reply = self.read_line().await?;
+                // Replies to an earlier, abandoned request cannot happen (we kill on timeout),
+                // but lines without our id are skipped rather than misattributed.
+                if reply.get("id").and_then(Value::as_u64) == Some(id) {
+                    return Ok(reply);
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(r) => r,
+            Err(_) => Err(WorkerError::Timeout(timeout)),
+        }
+    }
+
+    /// Kills the worker's whole process group and reaps it.
+    pub async fn kill(mut self) {
+        self.kill_group();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
+    }
+
+    fn kill_group(&mut self) {
+        if self.pgid.as_raw() > 0 {
+            let _ = killpg(self.pgid, Signal::SIGKILL);
+        }
+    }
+
+    /// Asks the worker to exit, and kills it if it does not within a few seconds.
+    pub async fn shutdown(mut self) {
+        let _ = self.call(json!({"op": "shutdown"}), Duration::from_secs(5)).await;
+        if tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await.is_err() {
+            self.kill_group();
+        }
+        self.kill_group();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // Whatever the group still holds (a child the candidate forked, a hung kernel's
+        // process) goes with the worker.
+        self.kill_group();
+    }
+}
+
+fn describe_status(s: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("exit status {c}"),
+        (None, Some(sig)) => {
+            let name = Signal::try_from(sig).map(|s| s.as_str().to_string()).unwrap_or_else(|_| sig.to_string());
+            format!("killed by signal {name}")
+        }
+        _ => "unknown status".into(),
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.len() <= n {
+        s.to_string()
+    } else {
+        let mut end = n;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}…", &s[..end])
+    }
+}
