@@ -1,1 +1,251 @@
+//! Shared pieces of the end-to-end tests: start the real `kerneld` binary on a
+//! temporary state directory and socket, talk to it over the real socket, run the
+//! real `kernelctl`.
+//!
+//! The binaries are the workspace's own (`cargo test --workspace` builds them);
+//! the harness worker runs under `KERNELD_PYTHON` (the test script points it at the
+//! virtual environment with torch and triton).
 
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use kerneld::wire::{self, Event, GoalState, GoalSummary};
+use serde_json::{json, Value};
+
+/// The repository root (this crate lives in `tests/`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// A binary of the workspace, next to the test executable's `deps/` folder.
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let path = dir.join(name);
+    assert!(path.is_file(), "{} is not built; run `cargo build --workspace` first", path.display());
+    path
+}
+
+/// The Python that has torch and triton: `KERNELD_PYTHON`, else the repo's `.venv`.
+pub fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("KERNELD_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = repo_root().join(".venv/bin/python");
+    if venv.is_file() {
+        venv
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        // Short paths: Unix socket paths are limited to ~108 bytes.
+        let p = std::env::temp_dir().join(format!("kd-{tag}-{}-{:x}", std::process::id(), rand_u32()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn rand_u32() -> u32 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    (t.subsec_nanos() ^ (t.as_secs() as u32).rotate_left(7)).wrapping_mul(2654435761)
+}
+
+/// A running `kerneld` process.
+pub struct Daemon {
+    pub child: Child,
+    pub socket: PathBuf,
+    pub state_dir: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts the real binary (CPU mode) and waits until its socket answers `version`.
+    pub fn start(dir: &Path) -> Daemon {
+        Self::start_with(dir, &[])
+    }
+
+    pub fn start_with(dir: &Path, extra: &[&str]) -> Daemon {
+        let socket = dir.join("sock");
+        let state_dir = dir.join("state");
+        let log = dir.join("kerneld.log");
+        let logfile = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        let child = Command::new(binary("kerneld"))
+            .arg("--state-dir")
+            .arg(&state_dir)
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--kernels")
+            .arg(repo_root().join("kernels"))
+            .arg("--python")
+            .arg(python())
+            .arg("--cpu")
+            .args(extra)
+            .env("KERNELD_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(logfile.try_clone().unwrap())
+            .stderr(logfile)
+            .spawn()
+            .expect("start kerneld");
+        let d = Daemon { child, socket, state_dir, log };
+        d.wait_ready(Duration::from_secs(30));
+        d
+    }
+
+    fn wait_ready(&self, limit: Duration) {
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            if let Ok(v) = try_call(&self.socket, wire::method::VERSION, json!({})) {
+                if v.get("result").is_some() {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("kerneld did not answer within {limit:?}; log:\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
+    }
+
+    pub fn call(&self, method: &str, params: Value) -> Value {
+        let v = try_call(&self.socket, method, params).expect("daemon reachable");
+        if let Some(e) = v.get("error") {
+            panic!("{method} failed: {e}");
+        }
+        v["result"].clone()
+    }
+
+    pub fn status(&self) -> Vec<GoalSummary> {
+        serde_json::from_value(self.call(wire::method::STATUS, json!({}))).unwrap()
+    }
+
+    pub fn goal(&self, id: &str) -> GoalSummary {
+        let v = self.call(wire::method::STATUS, json!({"goal": id}));
+        let mut all: Vec<GoalSummary> = serde_json::from_value(v).unwrap();
+        all.remove(0)
+    }
+
+    pub fn events(&self, after: u64) -> Vec<Event> {
+        serde_json::from_value(self.call(wire::method::EVENTS, json!({"after": after}))).unwrap()
+    }
+
+    /// Waits until the goal is in a terminal state, or panics with the log.
+    pub fn wait_terminal(&self, id: &str, limit: Duration) -> GoalSummary {
+        let t0 = Instant::now();
+        loop {
+            let g = self.goal(id);
+            if g.state.is_terminal() {
+                return g;
+            }
+            if t0.elapsed() > limit {
+                panic!("goal {id} still {} after {limit:?}; log:\n{}", g.state, self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    pub fn wait_until(&self, limit: Duration, mut f: impl FnMut(&Daemon) -> bool) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            if f(self) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL: no chance to record anything.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // Its worker notices the closed pipe and exits; don't wait for that.
+    }
+
+    /// SIGTERM and wait for the clean exit.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        use nix::sys::signal::{kill, Signal};
+        use nix::unistd::Pid;
+        let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One JSON-RPC call over the socket (a fresh connection).
+pub fn try_call(socket: &Path, method: &str, params: Value) -> std::io::Result<Value> {
+    let mut s = UnixStream::connect(socket)?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let req = wire::Request::new(1, method, params);
+    let mut line = serde_json::to_string(&req).unwrap();
+    line.push('\n');
+    s.write_all(line.as_bytes())?;
+    let mut reply = String::new();
+    BufReader::new(s).read_line(&mut reply)?;
+    serde_json::from_str(&reply).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// Runs the real `kernelctl` against a socket.
+pub fn kernelctl(socket: &Path, args: &[&str]) -> Output {
+    Command::new(binary("kernelctl"))
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run kernelctl")
+}
+
+/// Writes a demo goal file with the given budget of iterations.
+pub fn demo_goal(dir: &Path, name: &str, iterations: u64, extra: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    let text = format!(
+        "name = \"{name}\"\ntask = \"demo\"\n{extra}\n[budget]\nwall = \"30m\"\niterations = {iterations}\n\n[agent]\nkind = \"search\"\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Enqueues through the socket and returns the goal id.
+pub fn enqueue(d: &Daemon, path: &Path) -> String {
+    let source = std::fs::read_to_string(path).unwrap();
+    let r = d.call(wire::method::ENQUEUE, json!({"path": path, "source": source, "unique": false}));
+    r["id"].as_str().unwrap().to_string()
+}
+
+/// Checks the log's sequence numbers are 1..=n with no gap.
+pub fn assert_dense(events: &[Event]) {
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e.seq, i as u64 + 1, "sequence gap or disorder at position {i}: {e:?}");
+    }
+}
+
+pub fn is_active(s: GoalState) -> bool {
+    matches!(s, GoalState::Queued | GoalState::Running)
+}
