@@ -60,6 +60,8 @@ fn internal(e: impl std::fmt::Display) -> RpcError {
 struct LeaseRt {
     slot: usize,
     cancel: CancellationToken,
+    /// Why it was cancelled, written just before `cancel` fires (None: daemon stopping).
+    why: Arc<Mutex<Option<String>>>,
 }
 
 struct GoalRt {
@@ -296,7 +298,8 @@ impl Engine {
             }
             rt.served += 1;
             let cancel = self.stopping.child_token();
-            rt.leases.push(LeaseRt { slot, cancel: cancel.clone() });
+            let why = Arc::new(Mutex::new(None));
+            rt.leases.push(LeaseRt { slot, cancel: cancel.clone(), why: why.clone() });
             let goal_name = rt.proj.spec.name.clone();
             let s = &mut st.slots[slot];
             s.lease = Some(LeaseInfo {
@@ -311,7 +314,7 @@ impl Engine {
             let engine = self.clone();
             tokio::spawn(async move {
                 let mut worker = worker;
-                if let Err(e) = engine.run_lease(&pick, slot, &mut worker, &cancel).await {
+                if let Err(e) = engine.run_lease(&pick, slot, &mut worker, &cancel, &why).await {
                     tracing::error!(goal = %pick, "iteration failed: {e:#}");
                     // A store failure (disk full, ...) must not spin: back off this slot.
                     engine.state.lock().unwrap().slots[slot].not_before = Some(Instant::now() + Duration::from_secs(5));
@@ -404,6 +407,7 @@ impl Engine {
         slot: usize,
         worker: &mut Option<Worker>,
         cancel: &CancellationToken,
+        why: &Mutex<Option<String>>,
     ) -> anyhow::Result<()> {
         if !self.ensure_worker(slot, worker, cancel).await {
             return Ok(());
@@ -412,7 +416,7 @@ impl Engine {
             return Ok(());
         }
         let Some(work) = self.take_work(goal, slot).await? else { return Ok(()) };
-        let result = self.evaluate(goal, slot, &work, worker, cancel).await?;
+        let result = self.evaluate(goal, slot, &work, worker, cancel, why).await?;
         let Some(result) = result else { return Ok(()) };
         self.record(goal, slot, &work, result).await
     }
@@ -659,6 +663,7 @@ impl Engine {
         p: &Pending,
         worker: &mut Option<Worker>,
         cancel: &CancellationToken,
+        why: &Mutex<Option<String>>,
     ) -> anyhow::Result<Option<EvalResult>> {
         let source = self.candidate_source(goal, p)?;
         let path = self.source_file(&source)?;
@@ -691,7 +696,7 @@ impl Engine {
             _ = cancel.cancelled() => {
                 // Pause, cancel, completion or shutdown: the GPU is freed at once.
                 Self::discard(worker).await;
-                let why = self.abort_reason(goal);
+                let why = why.lock().unwrap().clone().unwrap_or_else(|| "daemon stopping".into());
                 self.abort(goal, p, &device, &why).await?;
                 return Ok(None);
             }
@@ -732,17 +737,6 @@ impl Engine {
             }
         };
         Ok(Some(result))
-    }
-
-    fn abort_reason(&self, goal: &str) -> String {
-        if self.stopping.is_cancelled() {
-            return "daemon stopping".into();
-        }
-        let st = self.state.lock().unwrap();
-        match st.goals.get(goal).map(|g| g.proj.state) {
-            Some(s) => format!("goal {s}"),
-            None => "goal gone".into(),
-        }
     }
 
     async fn abort(&self, goal: &str, p: &Pending, device: &str, reason: &str) -> anyhow::Result<()> {
@@ -864,16 +858,18 @@ impl Engine {
             Some(rt) if !rt.proj.state.is_terminal() => rt.proj.state,
             _ => return Ok(()),
         };
+        let why = format!("goal {to}: {reason}");
         self.append(guard, vec![NewEvent::goal(goal, EventKind::GoalStateChanged { from, to, reason: Some(reason) })])
             .await?;
-        self.cancel_leases(goal);
+        self.cancel_leases(goal, &why);
         Ok(())
     }
 
-    fn cancel_leases(&self, goal: &str) {
+    fn cancel_leases(&self, goal: &str, why: &str) {
         let st = self.state.lock().unwrap();
         if let Some(rt) = st.goals.get(goal) {
             for l in &rt.leases {
+                *l.why.lock().unwrap() = Some(why.to_string());
                 l.cancel.cancel();
             }
         }
@@ -1098,7 +1094,7 @@ impl Engine {
         drop(guard);
         if matches!(to, GoalState::Paused | GoalState::Cancelled) {
             // Abort what is in flight: the GPU goes to the next goal at once.
-            self.cancel_leases(&id);
+            self.cancel_leases(&id, &format!("goal {to} by uid {uid}"));
         }
         self.wake.notify_one();
         self.summary(&id)

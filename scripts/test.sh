@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs every test: the Rust workspace (unit tests and the end-to-end tests that start
+# the real kerneld and kernelctl binaries), then the Python harness and task tests
+# under Triton's interpreter (CPU). Installs what it needs on a fresh machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/python-env.sh
+
+echo "== cargo build (workspace)"
+cargo build --workspace --locked
+echo "== cargo test (workspace)"
+cargo test --workspace --locked
+
+echo "== python tests (TRITON_INTERPRET=1, $KERNELD_PYTHON)"
+export TRITON_INTERPRET=1 CUDA_VISIBLE_DEVICES=""
+"$KERNELD_PYTHON" -m pytest -q -p no:cacheprovider kernels
