@@ -81,6 +81,8 @@ struct Slot {
     /// Not before this instant (worker start back-off, throttle cool-down).
     not_before: Option<Instant>,
     start_failures: u32,
+    /// A worker is being started ahead of need (at start, after a kill); no lease meanwhile.
+    warming: bool,
     worker: Option<Worker>,
     worker_pid: Option<u32>,
     lease: Option<LeaseInfo>,
@@ -134,6 +136,7 @@ impl Engine {
                 health_reason: None,
                 not_before: None,
                 start_failures: 0,
+                warming: false,
                 worker: None,
                 worker_pid: None,
                 lease: None,
@@ -224,6 +227,12 @@ impl Engine {
     /// Runs until `stopping` is cancelled: hands free slots to goals, checks wall
     /// budgets and device health. Then waits for the leases to record their end.
     pub async fn run(self: Arc<Self>) {
+        // Workers start ahead of need (torch import + CUDA init take seconds), so the
+        // first goal's first evaluation does not wait for them.
+        let n = self.state.lock().unwrap().slots.len();
+        for slot in 0..n {
+            self.warm(slot);
+        }
         let mut ticks: u32 = 0;
         loop {
             self.dispatch();
@@ -266,7 +275,10 @@ impl Engine {
         let mut st = self.state.lock().unwrap();
         loop {
             let Some(slot) = st.slots.iter().position(|s| {
-                s.lease.is_none() && s.health == Health::Healthy && s.not_before.map_or(true, |t| t <= now)
+                s.lease.is_none()
+                    && !s.warming
+                    && s.health == Health::Healthy
+                    && s.not_before.map_or(true, |t| t <= now)
             }) else {
                 break;
             };
@@ -324,7 +336,7 @@ impl Engine {
         }
     }
 
-    fn release(&self, goal: &str, slot: usize, worker: Option<Worker>) {
+    fn release(self: &Arc<Self>, goal: &str, slot: usize, worker: Option<Worker>) {
         {
             let mut st = self.state.lock().unwrap();
             if let Some(rt) = st.goals.get_mut(goal) {
@@ -339,7 +351,40 @@ impl Engine {
             s.worker_pid = worker.as_ref().map(|w| w.pid() as u32);
             s.worker = worker;
         }
+        // A killed worker is replaced at once, not when the next lease needs it.
+        self.warm(slot);
         self.wake.notify_one();
+    }
+
+    /// Starts the slot's worker in the background if it has none and is free.
+    fn warm(self: &Arc<Self>, slot: usize) {
+        {
+            let mut st = self.state.lock().unwrap();
+            let s = &mut st.slots[slot];
+            let due = s.not_before.map_or(true, |t| t <= Instant::now());
+            if s.worker.is_some() || s.warming || s.lease.is_some() || s.health != Health::Healthy || !due {
+                return;
+            }
+            if self.stopping.is_cancelled() {
+                return;
+            }
+            s.warming = true;
+        }
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let cancel = engine.stopping.child_token();
+            let mut worker = None;
+            engine.ensure_worker(slot, &mut worker, &cancel).await;
+            {
+                let mut st = engine.state.lock().unwrap();
+                let s = &mut st.slots[slot];
+                s.warming = false;
+                if s.worker.is_none() {
+                    s.worker = worker;
+                } // else: impossible (no lease while warming); dropping kills the extra one
+            }
+            engine.wake.notify_one();
+        });
     }
 
     // -- one lease: one iteration ---------------------------------------------
