@@ -12,6 +12,9 @@
 set -u
 PHASE_S="${PHASE_S:-120}"
 root="$PWD"; bin="$root/.device/bin"; W=/tmp/kdgpu; rm -rf "$W"; mkdir -p "$W" "$OUT"
+# The device tool returns at most 8 files: everything goes into $W/results, packed at the end.
+FINAL_OUT="$OUT"; OUT="$W/results"; mkdir -p "$OUT"
+trap 'tar -C "$W" -czf "$FINAL_OUT/daemon_run.tgz" results' EXIT
 export PYTHONUNBUFFERED=1 NO_COLOR=1
 nvidia-smi --query-gpu=index,uuid,name,driver_version,clocks.sm --format=csv,noheader > "$OUT/gpus.csv"
 mapfile -t uuids < <(nvidia-smi --query-gpu=uuid --format=csv,noheader)
