@@ -17,7 +17,10 @@ use serde_json::{json, Value};
 
 /// The repository root (this crate lives in `tests/`).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// A binary of the workspace, next to the test executable's `deps/` folder.
@@ -25,7 +28,11 @@ pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap();
     let path = dir.join(name);
-    assert!(path.is_file(), "{} is not built; run `cargo build --workspace` first", path.display());
+    assert!(
+        path.is_file(),
+        "{} is not built; run `cargo build --workspace` first",
+        path.display()
+    );
     path
 }
 
@@ -48,7 +55,8 @@ pub struct TempDir(pub PathBuf);
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
         // Short paths: Unix socket paths are limited to ~108 bytes.
-        let p = std::env::temp_dir().join(format!("kd-{tag}-{}-{:x}", std::process::id(), rand_u32()));
+        let p =
+            std::env::temp_dir().join(format!("kd-{tag}-{}-{:x}", std::process::id(), rand_u32()));
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)
     }
@@ -64,7 +72,9 @@ impl Drop for TempDir {
 }
 
 fn rand_u32() -> u32 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
     (t.subsec_nanos() ^ (t.as_secs() as u32).rotate_left(7)).wrapping_mul(2654435761)
 }
 
@@ -86,7 +96,11 @@ impl Daemon {
         let socket = dir.join("sock");
         let state_dir = dir.join("state");
         let log = dir.join("kerneld.log");
-        let logfile = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        let logfile = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
         let child = Command::new(binary("kerneld"))
             .arg("--state-dir")
             .arg(&state_dir)
@@ -104,7 +118,12 @@ impl Daemon {
             .stderr(logfile)
             .spawn()
             .expect("start kerneld");
-        let d = Daemon { child, socket, state_dir, log };
+        let d = Daemon {
+            child,
+            socket,
+            state_dir,
+            log,
+        };
         d.wait_ready(Duration::from_secs(30));
         d
     }
@@ -119,7 +138,10 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("kerneld did not answer within {limit:?}; log:\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
+        panic!(
+            "kerneld did not answer within {limit:?}; log:\n{}",
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        );
     }
 
     pub fn call(&self, method: &str, params: Value) -> Value {
@@ -153,7 +175,11 @@ impl Daemon {
                 return g;
             }
             if t0.elapsed() > limit {
-                panic!("goal {id} still {} after {limit:?}; log:\n{}", g.state, self.log_text());
+                panic!(
+                    "goal {id} still {} after {limit:?}; log:\n{}",
+                    g.state,
+                    self.log_text()
+                );
             }
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -207,7 +233,8 @@ pub fn try_call(socket: &Path, method: &str, params: Value) -> std::io::Result<V
     s.write_all(line.as_bytes())?;
     let mut reply = String::new();
     BufReader::new(s).read_line(&mut reply)?;
-    serde_json::from_str(&reply).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    serde_json::from_str(&reply)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 /// Runs the real `kernelctl` against a socket.
@@ -235,14 +262,21 @@ pub fn demo_goal(dir: &Path, name: &str, iterations: u64, extra: &str) -> PathBu
 /// Enqueues through the socket and returns the goal id.
 pub fn enqueue(d: &Daemon, path: &Path) -> String {
     let source = std::fs::read_to_string(path).unwrap();
-    let r = d.call(wire::method::ENQUEUE, json!({"path": path, "source": source, "unique": false}));
+    let r = d.call(
+        wire::method::ENQUEUE,
+        json!({"path": path, "source": source, "unique": false}),
+    );
     r["id"].as_str().unwrap().to_string()
 }
 
 /// Checks the log's sequence numbers are 1..=n with no gap.
 pub fn assert_dense(events: &[Event]) {
     for (i, e) in events.iter().enumerate() {
-        assert_eq!(e.seq, i as u64 + 1, "sequence gap or disorder at position {i}: {e:?}");
+        assert_eq!(
+            e.seq,
+            i as u64 + 1,
+            "sequence gap or disorder at position {i}: {e:?}"
+        );
     }
 }
 

@@ -41,10 +41,19 @@ impl std::fmt::Display for ClientError {
                 write!(f, "cannot reach kerneld at {}: {reason}", socket.display())
             }
             ClientError::Unresponsive { socket } => {
-                write!(f, "kerneld at {} did not answer within {} s", socket.display(), CALL_TIMEOUT.as_secs())
+                write!(
+                    f,
+                    "kerneld at {} did not answer within {} s",
+                    socket.display(),
+                    CALL_TIMEOUT.as_secs()
+                )
             }
             ClientError::Closed { socket } => {
-                write!(f, "kerneld closed the connection at {} (stopped or restarted?)", socket.display())
+                write!(
+                    f,
+                    "kerneld closed the connection at {} (stopped or restarted?)",
+                    socket.display()
+                )
             }
             ClientError::Rpc(e) => f.write_str(&e.message),
             ClientError::Protocol(m) => write!(f, "unexpected answer from kerneld: {m}"),
@@ -65,15 +74,29 @@ pub struct Client {
 impl Client {
     /// Connects to the daemon's socket; every failure to do so is `Unreachable`.
     pub fn connect(socket: &Path) -> Result<Client, ClientError> {
-        let unreachable = |reason: String| ClientError::Unreachable { socket: socket.to_path_buf(), reason };
+        let unreachable = |reason: String| ClientError::Unreachable {
+            socket: socket.to_path_buf(),
+            reason,
+        };
         let stream = UnixStream::connect(socket).map_err(|e| unreachable(connect_reason(&e)))?;
-        stream.set_read_timeout(Some(CALL_TIMEOUT)).map_err(|e| unreachable(e.to_string()))?;
+        stream
+            .set_read_timeout(Some(CALL_TIMEOUT))
+            .map_err(|e| unreachable(e.to_string()))?;
         let reader = BufReader::new(stream.try_clone().map_err(|e| unreachable(e.to_string()))?);
-        Ok(Client { socket: socket.to_path_buf(), writer: stream, reader, next_id: 1 })
+        Ok(Client {
+            socket: socket.to_path_buf(),
+            writer: stream,
+            reader,
+            next_id: 1,
+        })
     }
 
     /// One call: the raw `result` value, or the daemon's error.
-    pub fn call_value(&mut self, method: &str, params: impl Serialize) -> Result<Value, ClientError> {
+    pub fn call_value(
+        &mut self,
+        method: &str,
+        params: impl Serialize,
+    ) -> Result<Value, ClientError> {
         let id = self.send(method, params)?;
         loop {
             let line = self.read_message()?.ok_or_else(|| self.closed())?;
@@ -88,30 +111,45 @@ impl Client {
     }
 
     /// One call whose result is read into `T`.
-    pub fn call<T: DeserializeOwned>(&mut self, method: &str, params: impl Serialize) -> Result<T, ClientError> {
+    pub fn call<T: DeserializeOwned>(
+        &mut self,
+        method: &str,
+        params: impl Serialize,
+    ) -> Result<T, ClientError> {
         let value = self.call_value(method, params)?;
         decode(method, value)
     }
 
     /// `events` with `follow: true`: the backlog, then a stream of the events that follow.
-    pub fn follow(mut self, mut params: EventsParams) -> Result<(Vec<Value>, EventStream), ClientError> {
+    pub fn follow(
+        mut self,
+        mut params: EventsParams,
+    ) -> Result<(Vec<Value>, EventStream), ClientError> {
         params.follow = true;
         let backlog = self.call_value(wire::method::EVENTS, &params)?;
         let Value::Array(backlog) = backlog else {
-            return Err(ClientError::Protocol(format!("events: expected an array, got {backlog}")));
+            return Err(ClientError::Protocol(format!(
+                "events: expected an array, got {backlog}"
+            )));
         };
         // Follow mode waits as long as the goal runs: no timeout on reads any more.
-        self.writer.set_read_timeout(None).map_err(ClientError::Io)?;
+        self.writer
+            .set_read_timeout(None)
+            .map_err(ClientError::Io)?;
         Ok((backlog, EventStream { client: self }))
     }
 
     fn send(&mut self, method: &str, params: impl Serialize) -> Result<u64, ClientError> {
         let id = self.next_id;
         self.next_id += 1;
-        let mut line =
-            serde_json::to_vec(&Request::new(id, method, params)).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let mut line = serde_json::to_vec(&Request::new(id, method, params))
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
         line.push(b'\n');
-        match self.writer.write_all(&line).and_then(|()| self.writer.flush()) {
+        match self
+            .writer
+            .write_all(&line)
+            .and_then(|()| self.writer.flush())
+        {
             Ok(()) => Ok(id),
             Err(e) if is_disconnect(&e) => Err(self.closed()),
             Err(e) => Err(ClientError::Io(e)),
@@ -123,18 +161,24 @@ impl Client {
         let mut buf = Vec::new();
         match read_line_bounded(&mut self.reader, &mut buf, wire::MAX_LINE) {
             Ok(0) => Ok(None),
-            Ok(_) => {
-                serde_json::from_slice(&buf).map(Some).map_err(|e| ClientError::Protocol(format!("not JSON ({e})")))
-            }
-            Err(e) if is_timeout(&e) => Err(ClientError::Unresponsive { socket: self.socket.clone() }),
+            Ok(_) => serde_json::from_slice(&buf)
+                .map(Some)
+                .map_err(|e| ClientError::Protocol(format!("not JSON ({e})"))),
+            Err(e) if is_timeout(&e) => Err(ClientError::Unresponsive {
+                socket: self.socket.clone(),
+            }),
             Err(e) if is_disconnect(&e) => Ok(None),
-            Err(e) if e.kind() == io::ErrorKind::InvalidData => Err(ClientError::Protocol(e.to_string())),
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                Err(ClientError::Protocol(e.to_string()))
+            }
             Err(e) => Err(ClientError::Io(e)),
         }
     }
 
     fn closed(&self) -> ClientError {
-        ClientError::Closed { socket: self.socket.clone() }
+        ClientError::Closed {
+            socket: self.socket.clone(),
+        }
     }
 }
 
@@ -148,8 +192,12 @@ impl EventStream {
     /// The next event; `Ok(None)` when the daemon ended the stream.
     pub fn next_event(&mut self) -> Result<Option<Value>, ClientError> {
         loop {
-            let Some(mut message) = self.client.read_message()? else { return Ok(None) };
-            if message.get("method").and_then(Value::as_str) == Some(wire::method::EVENT_NOTIFICATION) {
+            let Some(mut message) = self.client.read_message()? else {
+                return Ok(None);
+            };
+            if message.get("method").and_then(Value::as_str)
+                == Some(wire::method::EVENT_NOTIFICATION)
+            {
                 return Ok(Some(message["params"].take()));
             }
             // Anything else (a stray response) carries no event: skip it.
@@ -159,12 +207,22 @@ impl EventStream {
 
 /// Reads one `\n`-terminated line (without the `\n`) of at most `limit` bytes.
 /// Returns the number of bytes consumed, 0 at end of stream.
-fn read_line_bounded(reader: &mut impl BufRead, buf: &mut Vec<u8>, limit: usize) -> io::Result<usize> {
-    let n = reader.by_ref().take(limit as u64 + 1).read_until(b'\n', buf)?;
+fn read_line_bounded(
+    reader: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+    limit: usize,
+) -> io::Result<usize> {
+    let n = reader
+        .by_ref()
+        .take(limit as u64 + 1)
+        .read_until(b'\n', buf)?;
     if buf.last() == Some(&b'\n') {
         buf.pop();
     } else if buf.len() > limit {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("line longer than {limit} bytes")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("line longer than {limit} bytes"),
+        ));
     }
     Ok(n)
 }
@@ -174,8 +232,8 @@ fn as_response(message: &Value, id: u64) -> Result<Option<Response>, ClientError
     if message.get("method").is_some() {
         return Ok(None);
     }
-    let response: Response =
-        serde_json::from_value(message.clone()).map_err(|e| ClientError::Protocol(e.to_string()))?;
+    let response: Response = serde_json::from_value(message.clone())
+        .map_err(|e| ClientError::Protocol(e.to_string()))?;
     // An error about an unreadable request carries id null: it is still the answer to ours.
     if response.id == id || (response.id.is_null() && response.error.is_some()) {
         Ok(Some(response))
@@ -193,17 +251,27 @@ fn connect_reason(e: &io::Error) -> String {
     match e.kind() {
         io::ErrorKind::NotFound => "no such socket".into(),
         io::ErrorKind::ConnectionRefused => "connection refused (no daemon listening)".into(),
-        io::ErrorKind::PermissionDenied => "permission denied (is this user allowed on the socket?)".into(),
+        io::ErrorKind::PermissionDenied => {
+            "permission denied (is this user allowed on the socket?)".into()
+        }
         _ => e.to_string(),
     }
 }
 
 fn is_timeout(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 fn is_disconnect(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted)
+    matches!(
+        e.kind(),
+        io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+    )
 }
 
 #[cfg(test)]
@@ -236,6 +304,10 @@ mod tests {
         assert!(as_response(&note, 3).unwrap().is_none());
         let parse_error = serde_json::json!({"jsonrpc": "2.0", "id": null,
             "error": {"code": -32700, "message": "parse error"}});
-        assert!(as_response(&parse_error, 3).unwrap().unwrap().error.is_some());
+        assert!(as_response(&parse_error, 3)
+            .unwrap()
+            .unwrap()
+            .error
+            .is_some());
     }
 }

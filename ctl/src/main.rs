@@ -15,8 +15,9 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use kerneld::wire::{
-    self, code, method, BestResult, ContextResult, EnqueueParams, EnqueueResult, Event, EventsParams, GoalDetail,
-    GoalRef, GoalState, GoalSummary, GpusResult, RpcError, StatusParams, VersionResult,
+    self, code, method, BestResult, ContextResult, EnqueueParams, EnqueueResult, Event,
+    EventsParams, GoalDetail, GoalRef, GoalState, GoalSummary, GpusResult, RpcError, StatusParams,
+    VersionResult,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -135,7 +136,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let ctx = Ctx {
-        socket: cli.socket.clone().unwrap_or_else(kerneld::paths::default_socket),
+        socket: cli
+            .socket
+            .clone()
+            .unwrap_or_else(kerneld::paths::default_socket),
         json: cli.json,
         quiet: cli.quiet,
         paint: Paint::detect(io::stdout().is_terminal()),
@@ -156,7 +160,20 @@ fn run(command: Command, ctx: &Ctx) -> Result<u8, Failure> {
         Command::Status { goal } => status(ctx, goal),
         Command::Show { goal } => show(ctx, goal),
         Command::Watch { goal } => watch(ctx, goal),
-        Command::Events { goal, follow, after, limit } => events(ctx, EventsParams { goal, after, limit, follow }),
+        Command::Events {
+            goal,
+            follow,
+            after,
+            limit,
+        } => events(
+            ctx,
+            EventsParams {
+                goal,
+                after,
+                limit,
+                follow,
+            },
+        ),
         Command::Pause { goal } => transition(ctx, method::PAUSE, goal),
         Command::Resume { goal } => transition(ctx, method::RESUME, goal),
         Command::Cancel { goal } => transition(ctx, method::CANCEL, goal),
@@ -218,7 +235,9 @@ impl Failure {
         match self {
             Failure::StdoutClosed => 0,
             Failure::Client(
-                ClientError::Unreachable { .. } | ClientError::Unresponsive { .. } | ClientError::Closed { .. },
+                ClientError::Unreachable { .. }
+                | ClientError::Unresponsive { .. }
+                | ClientError::Closed { .. },
             ) => 3,
             Failure::Client(_) | Failure::Failed(_) => 1,
         }
@@ -229,10 +248,13 @@ impl Failure {
         let (text, hint) = match self {
             Failure::StdoutClosed => (String::new(), None),
             Failure::Failed(m) => (m.clone(), None),
-            Failure::Client(e @ ClientError::Unreachable { .. }) => (e.to_string(), Some(start_hint(socket))),
-            Failure::Client(e @ ClientError::Unresponsive { .. }) => {
-                (e.to_string(), Some("`systemctl status kerneld` or the daemon's log says what it is doing".into()))
+            Failure::Client(e @ ClientError::Unreachable { .. }) => {
+                (e.to_string(), Some(start_hint(socket)))
             }
+            Failure::Client(e @ ClientError::Unresponsive { .. }) => (
+                e.to_string(),
+                Some("`systemctl status kerneld` or the daemon's log says what it is doing".into()),
+            ),
             Failure::Client(ClientError::Rpc(rpc)) => (rpc.message.clone(), rpc_hint(rpc)),
             Failure::Client(e) => (e.to_string(), None),
         };
@@ -253,7 +275,12 @@ fn start_hint(socket: &Path) -> String {
 
 /// The daemon's own hint (`data.hint`) when it gives one, else what the error code suggests.
 fn rpc_hint(e: &RpcError) -> Option<String> {
-    if let Some(h) = e.data.as_ref().and_then(|d| d.get("hint")).and_then(Value::as_str) {
+    if let Some(h) = e
+        .data
+        .as_ref()
+        .and_then(|d| d.get("hint"))
+        .and_then(Value::as_str)
+    {
         return Some(h.to_string());
     }
     // A message that already tells the user which command to run needs no second hint.
@@ -265,9 +292,16 @@ fn rpc_hint(e: &RpcError) -> Option<String> {
         code::INVALID_GOAL => "fix the goal file where the message says, then enqueue it again",
         code::INVALID_STATE => "`kernelctl status GOAL` shows the goal's state",
         code::PERMISSION_DENIED => "only the goal's owner, root or the admin group may change it",
-        code::NO_BEST => "no candidate is correct yet; `kernelctl show GOAL` lists the recent evaluations",
-        code::SHUTTING_DOWN => "the daemon is stopping; try again once it is back (`systemctl status kerneld`)",
-        code::METHOD_NOT_FOUND | code::INVALID_PARAMS | code::INVALID_REQUEST | code::PARSE_ERROR => {
+        code::NO_BEST => {
+            "no candidate is correct yet; `kernelctl show GOAL` lists the recent evaluations"
+        }
+        code::SHUTTING_DOWN => {
+            "the daemon is stopping; try again once it is back (`systemctl status kerneld`)"
+        }
+        code::METHOD_NOT_FOUND
+        | code::INVALID_PARAMS
+        | code::INVALID_REQUEST
+        | code::PARSE_ERROR => {
             "client and daemon may be of different versions; compare `kernelctl version`"
         }
         _ => return None,
@@ -278,10 +312,13 @@ fn rpc_hint(e: &RpcError) -> Option<String> {
 /// Writes to stdout; a reader that went away is not an error.
 fn out(text: &str) -> Result<(), Failure> {
     let mut stdout = io::stdout().lock();
-    stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()).map_err(|e| match e.kind() {
-        io::ErrorKind::BrokenPipe => Failure::StdoutClosed,
-        _ => Failure::Failed(format!("cannot write to stdout: {e}")),
-    })
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::BrokenPipe => Failure::StdoutClosed,
+            _ => Failure::Failed(format!("cannot write to stdout: {e}")),
+        })
 }
 
 fn out_line(text: &str) -> Result<(), Failure> {
@@ -299,12 +336,20 @@ fn print_json(value: &Value) -> Result<(), Failure> {
 /// Writes a file whole or not at all: to a temporary name beside it, then renamed.
 fn write_file(path: &Path, content: &[u8]) -> Result<(), Failure> {
     let failed = |e: io::Error| Failure::Failed(format!("cannot write {}: {e}", path.display()));
-    let name = path.file_name().ok_or_else(|| failed(io::Error::other("not a file name")))?;
-    let tmp = path.with_file_name(format!(".{}.kernelctl-{}", name.to_string_lossy(), std::process::id()));
-    std::fs::write(&tmp, content).and_then(|()| std::fs::rename(&tmp, path)).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        failed(e)
-    })
+    let name = path
+        .file_name()
+        .ok_or_else(|| failed(io::Error::other("not a file name")))?;
+    let tmp = path.with_file_name(format!(
+        ".{}.kernelctl-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    std::fs::write(&tmp, content)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            failed(e)
+        })
 }
 
 fn is_stdout(path: &Path) -> bool {
@@ -334,9 +379,14 @@ fn answer<T: DeserializeOwned>(
 fn enqueue(ctx: &Ctx, file: &Path, unique: bool) -> Result<u8, Failure> {
     let source = std::fs::read_to_string(file)
         .map_err(|e| Failure::Failed(format!("cannot read goal file {}: {e}", file.display())))?;
-    let path =
-        std::fs::canonicalize(file).or_else(|_| std::path::absolute(file)).unwrap_or_else(|_| file.to_path_buf());
-    let params = EnqueueParams { path: path.to_string_lossy().into_owned(), source, unique };
+    let path = std::fs::canonicalize(file)
+        .or_else(|_| std::path::absolute(file))
+        .unwrap_or_else(|_| file.to_path_buf());
+    let params = EnqueueParams {
+        path: path.to_string_lossy().into_owned(),
+        source,
+        unique,
+    };
     let value = ctx.call_value(method::ENQUEUE, &params)?;
     if ctx.json {
         print_json(&value)?;
@@ -344,23 +394,37 @@ fn enqueue(ctx: &Ctx, file: &Path, unique: bool) -> Result<u8, Failure> {
     }
     let result: EnqueueResult = decode(method::ENQUEUE, value)?;
     if !result.created && io::stderr().is_terminal() {
-        ctx.note(&format!("{} is already active as {}: not enqueued again", result.name, result.id));
+        ctx.note(&format!(
+            "{} is already active as {}: not enqueued again",
+            result.name, result.id
+        ));
     }
     out_line(&result.id)?;
     Ok(0)
 }
 
 fn status(ctx: &Ctx, goal: Option<String>) -> Result<u8, Failure> {
-    answer(ctx, method::STATUS, StatusParams { goal }, |goals: Vec<GoalSummary>| {
-        if goals.is_empty() {
-            return if ctx.quiet { Ok(()) } else { out_line("no goals yet: `kernelctl enqueue FILE` adds one") };
-        }
-        out(&render::status_table(&goals, ctx.paint))
-    })
+    answer(
+        ctx,
+        method::STATUS,
+        StatusParams { goal },
+        |goals: Vec<GoalSummary>| {
+            if goals.is_empty() {
+                return if ctx.quiet {
+                    Ok(())
+                } else {
+                    out_line("no goals yet: `kernelctl enqueue FILE` adds one")
+                };
+            }
+            out(&render::status_table(&goals, ctx.paint))
+        },
+    )
 }
 
 fn show(ctx: &Ctx, goal: String) -> Result<u8, Failure> {
-    answer(ctx, method::SHOW, GoalRef { goal }, |detail: GoalDetail| out(&render::show(&detail, ctx.paint)))
+    answer(ctx, method::SHOW, GoalRef { goal }, |detail: GoalDetail| {
+        out(&render::show(&detail, ctx.paint))
+    })
 }
 
 fn transition(ctx: &Ctx, method: &str, goal: String) -> Result<u8, Failure> {
@@ -368,7 +432,11 @@ fn transition(ctx: &Ctx, method: &str, goal: String) -> Result<u8, Failure> {
         if ctx.quiet {
             return Ok(());
         }
-        out_line(&format!("{}: {}", summary.id, render::status_line(&summary, ctx.paint)))
+        out_line(&format!(
+            "{}: {}",
+            summary.id,
+            render::status_line(&summary, ctx.paint)
+        ))
     })
 }
 
@@ -379,7 +447,11 @@ fn best(ctx: &Ctx, goal: String, output: Option<&Path>) -> Result<u8, Failure> {
         Some(path) if !is_stdout(path) => {
             write_file(path, best.source.as_bytes())?;
             let s = &best.summary;
-            let interp = if s.interpreted { ", interpreted: not a GPU figure" } else { "" };
+            let interp = if s.interpreted {
+                ", interpreted: not a GPU figure"
+            } else {
+                ""
+            };
             ctx.note(&format!(
                 "wrote {}: {} {} at iteration {} (candidate {}, seed {}, config {}{interp})",
                 path.display(),
@@ -401,11 +473,18 @@ fn best(ctx: &Ctx, goal: String, output: Option<&Path>) -> Result<u8, Failure> {
 }
 
 fn context(ctx: &Ctx, goal: String) -> Result<u8, Failure> {
-    answer(ctx, method::CONTEXT, GoalRef { goal }, |result: ContextResult| out_line(&result.text))
+    answer(
+        ctx,
+        method::CONTEXT,
+        GoalRef { goal },
+        |result: ContextResult| out_line(&result.text),
+    )
 }
 
 fn gpus(ctx: &Ctx) -> Result<u8, Failure> {
-    answer(ctx, method::GPUS, (), |result: GpusResult| out(&render::gpus(&result, render::now_ms(), ctx.paint)))
+    answer(ctx, method::GPUS, (), |result: GpusResult| {
+        out(&render::gpus(&result, render::now_ms(), ctx.paint))
+    })
 }
 
 fn completions(shell: clap_complete::Shell) -> Result<u8, Failure> {
@@ -438,7 +517,9 @@ fn version(ctx: &Ctx) -> Result<u8, Failure> {
         d.version, d.protocol, d.pid, d.mode, d.state_dir, d.last_seq
     ))?;
     if d.protocol != wire::PROTOCOL {
-        ctx.note("warning: client and daemon speak different protocol revisions; upgrade the older one");
+        ctx.note(
+            "warning: client and daemon speak different protocol revisions; upgrade the older one",
+        );
     }
     Ok(0)
 }
@@ -455,7 +536,10 @@ fn event_text(value: &Value, paint: Paint) -> String {
             "{:>6}  {}  {}",
             value.get("seq").and_then(Value::as_u64).unwrap_or(0),
             render::datetime(value.get("time_ms").and_then(Value::as_u64).unwrap_or(0)),
-            value.get("type").and_then(Value::as_str).unwrap_or("unknown"),
+            value
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown"),
         ),
     }
 }
@@ -483,7 +567,10 @@ fn events(ctx: &Ctx, params: EventsParams) -> Result<u8, Failure> {
     while let Some(value) = stream.next_event()? {
         print_event(ctx, &value)?;
     }
-    Err(ClientError::Closed { socket: ctx.socket.clone() }.into())
+    Err(ClientError::Closed {
+        socket: ctx.socket.clone(),
+    }
+    .into())
 }
 
 /// How many past events `watch` shows before the live ones.
@@ -491,7 +578,11 @@ const WATCH_BACKLOG: u64 = 8;
 
 fn watch(ctx: &Ctx, goal: String) -> Result<u8, Failure> {
     let id = goal_summary(ctx, &goal)?.id;
-    let params = EventsParams { goal: Some(id.clone()), limit: Some(WATCH_BACKLOG), ..Default::default() };
+    let params = EventsParams {
+        goal: Some(id.clone()),
+        limit: Some(WATCH_BACKLOG),
+        ..Default::default()
+    };
     let (backlog, mut stream) = ctx.connect()?.follow(params)?;
     let mut view = WatchView::new(ctx);
     for value in &backlog {
@@ -503,20 +594,35 @@ fn watch(ctx: &Ctx, goal: String) -> Result<u8, Failure> {
     while !summary.state.is_terminal() {
         let Some(value) = stream.next_event()? else {
             view.end()?;
-            return Err(ClientError::Closed { socket: ctx.socket.clone() }.into());
+            return Err(ClientError::Closed {
+                socket: ctx.socket.clone(),
+            }
+            .into());
         };
         view.event(&value)?;
         summary = goal_summary(ctx, &id)?;
         view.status(&summary)?;
     }
     view.end()?;
-    Ok(if summary.state == GoalState::Completed { 0 } else { 1 })
+    Ok(if summary.state == GoalState::Completed {
+        0
+    } else {
+        1
+    })
 }
 
 fn goal_summary(ctx: &Ctx, goal: &str) -> Result<GoalSummary, Failure> {
-    let value = ctx.call_value(method::STATUS, StatusParams { goal: Some(goal.to_string()) })?;
+    let value = ctx.call_value(
+        method::STATUS,
+        StatusParams {
+            goal: Some(goal.to_string()),
+        },
+    )?;
     let goals: Vec<GoalSummary> = decode(method::STATUS, value)?;
-    goals.into_iter().next().ok_or_else(|| Failure::Failed(format!("no goal {goal}")))
+    goals
+        .into_iter()
+        .next()
+        .ok_or_else(|| Failure::Failed(format!("no goal {goal}")))
 }
 
 /// What `watch` prints. On a terminal: events scroll by above a status line redrawn in place.
@@ -532,7 +638,12 @@ struct WatchView<'a> {
 
 impl<'a> WatchView<'a> {
     fn new(ctx: &'a Ctx) -> Self {
-        WatchView { ctx, live: io::stdout().is_terminal() && !ctx.json, pending: false, last: String::new() }
+        WatchView {
+            ctx,
+            live: io::stdout().is_terminal() && !ctx.json,
+            pending: false,
+            last: String::new(),
+        }
     }
 
     fn event(&mut self, value: &Value) -> Result<(), Failure> {
@@ -542,7 +653,10 @@ impl<'a> WatchView<'a> {
         if self.live {
             self.clear()?;
             let columns = render::terminal_columns();
-            out_line(&render::truncate_visible(&event_text(value, self.ctx.paint), columns))?;
+            out_line(&render::truncate_visible(
+                &event_text(value, self.ctx.paint),
+                columns,
+            ))?;
         }
         Ok(())
     }
@@ -555,7 +669,8 @@ impl<'a> WatchView<'a> {
         if self.live {
             // One column short of the width: a full line would wrap and break the redraw.
             let columns = render::terminal_columns().saturating_sub(1);
-            let line = render::truncate_visible(&render::status_line(summary, self.ctx.paint), columns);
+            let line =
+                render::truncate_visible(&render::status_line(summary, self.ctx.paint), columns);
             self.clear()?;
             out(&line)?;
             self.pending = true;
@@ -596,11 +711,19 @@ fn report(ctx: &Ctx, goal: String, output: Option<&Path>) -> Result<u8, Failure>
                 out(&svg)?;
             } else {
                 write_file(path, svg.as_bytes())?;
-                ctx.note(&format!("wrote {}: {}", path.display(), progress.headline()));
+                ctx.note(&format!(
+                    "wrote {}: {}",
+                    path.display(),
+                    progress.headline()
+                ));
             }
         }
         None if ctx.json => out_line(&serde_json::to_string_pretty(&progress).unwrap_or_default())?,
-        None => out(&report::terminal(&progress, render::terminal_columns(), ctx.paint))?,
+        None => out(&report::terminal(
+            &progress,
+            render::terminal_columns(),
+            ctx.paint,
+        ))?,
     }
     Ok(0)
 }
@@ -612,8 +735,12 @@ fn all_events(ctx: &Ctx, goal: &str) -> Result<Vec<Event>, Failure> {
     let mut events = Vec::new();
     let mut after = 0;
     loop {
-        let params =
-            EventsParams { goal: Some(goal.to_string()), after: Some(after), limit: Some(REPORT_PAGE), follow: false };
+        let params = EventsParams {
+            goal: Some(goal.to_string()),
+            after: Some(after),
+            limit: Some(REPORT_PAGE),
+            follow: false,
+        };
         let page: Vec<Value> = client.call(method::EVENTS, &params)?;
         let count = page.len() as u64;
         let start = after;
@@ -638,13 +765,22 @@ mod tests {
 
     #[test]
     fn exit_codes_follow_the_contract() {
-        let unreachable = Failure::Client(ClientError::Unreachable { socket: "/x.sock".into(), reason: "no".into() });
+        let unreachable = Failure::Client(ClientError::Unreachable {
+            socket: "/x.sock".into(),
+            reason: "no".into(),
+        });
         assert_eq!(unreachable.exit_code(), 3);
         let message = unreachable.message(Path::new("/x.sock"));
         assert!(message.starts_with("kernelctl: cannot reach kerneld at /x.sock"));
-        assert!(message.contains("systemctl start kerneld") && message.contains("kerneld --socket /x.sock"));
+        assert!(
+            message.contains("systemctl start kerneld")
+                && message.contains("kerneld --socket /x.sock")
+        );
 
-        let rpc = Failure::Client(ClientError::Rpc(RpcError::new(code::GOAL_NOT_FOUND, "no goal named foo")));
+        let rpc = Failure::Client(ClientError::Rpc(RpcError::new(
+            code::GOAL_NOT_FOUND,
+            "no goal named foo",
+        )));
         assert_eq!(rpc.exit_code(), 1);
         assert_eq!(
             rpc.message(Path::new("/x")),

@@ -6,8 +6,8 @@
 use std::fmt::Write as _;
 
 use kerneld::wire::{
-    BestSummary, EvalResult, Event, EventKind, GoalDetail, GoalSpec, GoalState, GoalSummary, GpusResult, Health,
-    ResultClass,
+    BestSummary, EvalResult, Event, EventKind, GoalDetail, GoalSpec, GoalState, GoalSummary,
+    GpusResult, Health, ResultClass,
 };
 
 // ---------------------------------------------------------------------------
@@ -50,7 +50,9 @@ impl Paint {
     pub fn detect(is_tty: bool) -> Paint {
         let no_color = std::env::var_os("NO_COLOR").is_some();
         let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
-        Paint { enabled: is_tty && !no_color && !dumb }
+        Paint {
+            enabled: is_tty && !no_color && !dumb,
+        }
     }
 
     pub fn paint(&self, text: &str, style: Option<Style>) -> String {
@@ -93,10 +95,17 @@ pub struct Cell {
 
 impl Cell {
     pub fn new(text: impl Into<String>) -> Cell {
-        Cell { text: text.into(), style: None, right: false }
+        Cell {
+            text: text.into(),
+            style: None,
+            right: false,
+        }
     }
     pub fn num(text: impl Into<String>) -> Cell {
-        Cell { right: true, ..Cell::new(text) }
+        Cell {
+            right: true,
+            ..Cell::new(text)
+        }
     }
     pub fn styled(mut self, style: Style) -> Cell {
         self.style = Some(style);
@@ -118,7 +127,10 @@ pub fn table(headers: &[&str], rows: &[Vec<Cell>], paint: Paint) -> String {
     let header_cells: Vec<Cell> = headers
         .iter()
         .enumerate()
-        .map(|(i, h)| Cell { right: right(i), ..Cell::new(*h).styled(Style::Bold) })
+        .map(|(i, h)| Cell {
+            right: right(i),
+            ..Cell::new(*h).styled(Style::Bold)
+        })
         .collect();
     let mut out = String::new();
     for row in std::iter::once(&header_cells).chain(rows) {
@@ -151,10 +163,15 @@ pub fn width(text: &str) -> usize {
 pub fn terminal_columns() -> usize {
     // SAFETY: TIOCGWINSZ only writes the `winsize` we own.
     let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-    if unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_col > 0 {
+    if unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_col > 0
+    {
         return usize::from(ws.ws_col);
     }
-    std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).filter(|&c| c > 0).unwrap_or(80)
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .filter(|&c| c > 0)
+        .unwrap_or(80)
 }
 
 /// The first line of `text`, cut to `max` characters with an ellipsis.
@@ -300,13 +317,23 @@ fn utc(secs: u64) -> Civil {
     let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
     let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let year = yoe + era * 400 + i64::from(month <= 2);
-    Civil { year, month, day, hour: (rem / 3600) as u32, minute: (rem % 3600 / 60) as u32, second: (rem % 60) as u32 }
+    Civil {
+        year,
+        month,
+        day,
+        hour: (rem / 3600) as u32,
+        minute: (rem % 3600 / 60) as u32,
+        second: (rem % 60) as u32,
+    }
 }
 
 /// `2026-11-30 17:43:20`, local time.
 pub fn datetime(ms: u64) -> String {
     let c = civil(ms);
-    format!("{}-{:02}-{:02} {:02}:{:02}:{:02}", c.year, c.month, c.day, c.hour, c.minute, c.second)
+    format!(
+        "{}-{:02}-{:02} {:02}:{:02}:{:02}",
+        c.year, c.month, c.day, c.hour, c.minute, c.second
+    )
 }
 
 /// `17:43:20`, local time.
@@ -316,22 +343,37 @@ pub fn clock(ms: u64) -> String {
 }
 
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 // ---------------------------------------------------------------------------
 // status
 // ---------------------------------------------------------------------------
 
-const STATUS_HEADERS: [&str; 10] =
-    ["ID", "NAME", "STATE", "ITER", "EVALS", "BEST", "SPREAD", "IN FLIGHT", "WALL", "REASON"];
+const STATUS_HEADERS: [&str; 10] = [
+    "ID",
+    "NAME",
+    "STATE",
+    "ITER",
+    "EVALS",
+    "BEST",
+    "SPREAD",
+    "IN FLIGHT",
+    "WALL",
+    "REASON",
+];
 
 /// The best speedup, starred when it was measured under the interpreter (not a GPU figure).
 fn best_cells(best: Option<&BestSummary>) -> (Cell, Cell) {
     match best {
         Some(b) => {
             let star = if b.interpreted { "*" } else { "" };
-            (Cell::num(format!("{}{star}", speedup(b.speedup))), Cell::num(percent(b.spread_pct)))
+            (
+                Cell::num(format!("{}{star}", speedup(b.speedup))),
+                Cell::num(percent(b.spread_pct)),
+            )
         }
         None => (Cell::num("-"), Cell::num("-")),
     }
@@ -352,12 +394,19 @@ pub fn status_table(goals: &[GoalSummary], paint: Paint) -> String {
                 spread,
                 Cell::num(g.in_flight.to_string()),
                 Cell::num(duration(g.wall_s)),
-                Cell::new(g.reason.as_deref().map_or(String::new(), |r| truncate(r, 60))),
+                Cell::new(
+                    g.reason
+                        .as_deref()
+                        .map_or(String::new(), |r| truncate(r, 60)),
+                ),
             ]
         })
         .collect();
     let mut out = table(&STATUS_HEADERS, &rows, paint);
-    if goals.iter().any(|g| g.best.as_ref().is_some_and(|b| b.interpreted)) {
+    if goals
+        .iter()
+        .any(|g| g.best.as_ref().is_some_and(|b| b.interpreted))
+    {
         out.push_str("* measured under the Triton interpreter (CPU mode): not a GPU speedup\n");
     }
     out
@@ -366,7 +415,12 @@ pub fn status_table(goals: &[GoalSummary], paint: Paint) -> String {
 /// The compact one-line status `watch` redraws.
 pub fn status_line(g: &GoalSummary, paint: Paint) -> String {
     let best = g.best.as_ref().map_or("best -".to_string(), |b| {
-        format!("best {} {} (iter {})", speedup(b.speedup), percent(b.spread_pct), b.iteration)
+        format!(
+            "best {} {} (iter {})",
+            speedup(b.speedup),
+            percent(b.spread_pct),
+            b.iteration
+        )
     });
     let mut line = format!(
         "{}  {}  iter {}  evals {}  {}  in flight {}  wall {}",
@@ -396,8 +450,15 @@ pub fn show(detail: &GoalDetail, paint: Paint) -> String {
         g.id,
         paint.paint(g.state.as_str(), Some(state_style(g.state)))
     );
-    for (key, value) in spec_fields(&detail.spec).into_iter().chain(summary_fields(g)) {
-        let _ = writeln!(out, "  {}  {value}", paint.paint(&format!("{key:<10}"), Some(Style::Dim)));
+    for (key, value) in spec_fields(&detail.spec)
+        .into_iter()
+        .chain(summary_fields(g))
+    {
+        let _ = writeln!(
+            out,
+            "  {}  {value}",
+            paint.paint(&format!("{key:<10}"), Some(Style::Dim))
+        );
     }
     out.push('\n');
     if detail.recent.is_empty() {
@@ -410,13 +471,29 @@ pub fn show(detail: &GoalDetail, paint: Paint) -> String {
         .recent
         .iter()
         .map(|e| {
-            let mut row =
-                vec![Cell::num(e.iteration.to_string()), Cell::new(short_id(&e.candidate)), Cell::new(&e.seed)];
+            let mut row = vec![
+                Cell::num(e.iteration.to_string()),
+                Cell::new(short_id(&e.candidate)),
+                Cell::new(&e.seed),
+            ];
             row.extend(result_cells(&e.result));
             row
         })
         .collect();
-    out.push_str(&table(&["ITER", "CANDIDATE", "SEED", "CLASS", "SPEEDUP", "SPREAD", "TIME", "MESSAGE"], &rows, paint));
+    out.push_str(&table(
+        &[
+            "ITER",
+            "CANDIDATE",
+            "SEED",
+            "CLASS",
+            "SPEEDUP",
+            "SPREAD",
+            "TIME",
+            "MESSAGE",
+        ],
+        &rows,
+        paint,
+    ));
     out
 }
 
@@ -425,10 +502,17 @@ fn result_cells(r: &EvalResult) -> Vec<Cell> {
     let star = if r.interpreted { "*" } else { "" };
     vec![
         Cell::new(r.class.as_str()).styled(class_style(r.class)),
-        Cell::num(r.speedup.map_or("-".into(), |s| format!("{}{star}", speedup(s)))),
+        Cell::num(
+            r.speedup
+                .map_or("-".into(), |s| format!("{}{star}", speedup(s))),
+        ),
         Cell::num(r.spread_pct.map_or("-".into(), percent)),
         Cell::num(duration(r.elapsed_s)),
-        Cell::new(r.message.as_deref().map_or(String::new(), |m| truncate(m, 70))),
+        Cell::new(
+            r.message
+                .as_deref()
+                .map_or(String::new(), |m| truncate(m, 70)),
+        ),
     ]
 }
 
@@ -436,13 +520,22 @@ fn spec_fields(spec: &GoalSpec) -> Vec<(&'static str, String)> {
     let seeds: Vec<&str> = spec.seeds.iter().map(|s| s.name.as_str()).collect();
     vec![
         ("task", spec.task_dir.clone()),
-        ("objective", format!("{} vs {}", spec.objective, spec.baseline)),
+        (
+            "objective",
+            format!("{} vs {}", spec.objective, spec.baseline),
+        ),
         ("shapes", spec.shapes.join(", ")),
         ("seeds", seeds.join(", ")),
         ("budget", budget_text(spec)),
         ("stop", stop_text(spec)),
         ("agent", spec.agent.kind.clone()),
-        ("resources", format!("{} GPU(s), priority {}", spec.resources.gpus, spec.resources.priority)),
+        (
+            "resources",
+            format!(
+                "{} GPU(s), priority {}",
+                spec.resources.gpus, spec.resources.priority
+            ),
+        ),
     ]
 }
 
@@ -504,7 +597,11 @@ fn summary_fields(g: &GoalSummary) -> Vec<(&'static str, String)> {
 }
 
 fn best_text(b: &BestSummary) -> String {
-    let interp = if b.interpreted { " (interpreted: not a GPU figure)" } else { "" };
+    let interp = if b.interpreted {
+        " (interpreted: not a GPU figure)"
+    } else {
+        ""
+    };
     format!(
         "{} {} at iteration {}: candidate {} (seed {}) config {}{interp}",
         speedup(b.speedup),
@@ -525,28 +622,49 @@ pub fn event_line(ev: &Event, paint: Paint) -> String {
     let (summary, style) = event_summary(&ev.kind);
     // 19 columns: the longest type name, `evaluation_finished`.
     let kind = paint.paint(&format!("{:<19}", ev.kind.type_name()), style);
-    format!("{:>6}  {}  {kind}  {summary}", ev.seq, datetime(ev.time_ms)).trim_end().to_string()
+    format!("{:>6}  {}  {kind}  {summary}", ev.seq, datetime(ev.time_ms))
+        .trim_end()
+        .to_string()
 }
 
 /// A short, human summary of an event and the colour its type deserves.
 pub fn event_summary(kind: &EventKind) -> (String, Option<Style>) {
     match kind {
-        EventKind::DaemonStarted { version, pid, mode } => {
-            (format!("kerneld {version} pid {pid} ({mode} mode)"), Some(Style::Dim))
+        EventKind::DaemonStarted { version, pid, mode } => (
+            format!("kerneld {version} pid {pid} ({mode} mode)"),
+            Some(Style::Dim),
+        ),
+        EventKind::DaemonStopped { reason } => {
+            (format!("daemon stopped: {reason}"), Some(Style::Dim))
         }
-        EventKind::DaemonStopped { reason } => (format!("daemon stopped: {reason}"), Some(Style::Dim)),
-        EventKind::GoalEnqueued { spec, owner_uid } => {
-            (format!("{} (task {}, agent {}) by uid {owner_uid}", spec.name, spec.task, spec.agent.kind), None)
-        }
+        EventKind::GoalEnqueued { spec, owner_uid } => (
+            format!(
+                "{} (task {}, agent {}) by uid {owner_uid}",
+                spec.name, spec.task, spec.agent.kind
+            ),
+            None,
+        ),
         EventKind::GoalStateChanged { from, to, reason } => {
-            let why = reason.as_deref().map_or(String::new(), |r| format!(": {}", truncate(r, 80)));
+            let why = reason
+                .as_deref()
+                .map_or(String::new(), |r| format!(": {}", truncate(r, 80)));
             (format!("{from} → {to}{why}"), Some(state_style(*to)))
         }
         EventKind::SeedDescribed { seed, rejected, .. } => match rejected {
-            Some(why) => (format!("seed {seed} rejected: {}", truncate(why, 80)), Some(Style::Red)),
+            Some(why) => (
+                format!("seed {seed} rejected: {}", truncate(why, 80)),
+                Some(Style::Red),
+            ),
             None => (format!("seed {seed} described"), Some(Style::Dim)),
         },
-        EventKind::CandidateProposed { iteration, candidate, seed, config, agent, .. } => (
+        EventKind::CandidateProposed {
+            iteration,
+            candidate,
+            seed,
+            config,
+            agent,
+            ..
+        } => (
             format!(
                 "#{iteration} {} from {seed} by {agent} {}",
                 short_id(candidate),
@@ -554,17 +672,44 @@ pub fn event_summary(kind: &EventKind) -> (String, Option<Style>) {
             ),
             Some(Style::Dim),
         ),
-        EventKind::EvaluationStarted { iteration, candidate, device, attempt } => {
-            let retry = if *attempt > 1 { format!(" (attempt {attempt})") } else { String::new() };
-            (format!("#{iteration} {} on {device}{retry}", short_id(candidate)), Some(Style::Dim))
+        EventKind::EvaluationStarted {
+            iteration,
+            candidate,
+            device,
+            attempt,
+        } => {
+            let retry = if *attempt > 1 {
+                format!(" (attempt {attempt})")
+            } else {
+                String::new()
+            };
+            (
+                format!("#{iteration} {} on {device}{retry}", short_id(candidate)),
+                Some(Style::Dim),
+            )
         }
-        EventKind::EvaluationFinished { iteration, candidate, result, .. } => (
-            format!("#{iteration} {} {}", short_id(candidate), result_summary(result)),
+        EventKind::EvaluationFinished {
+            iteration,
+            candidate,
+            result,
+            ..
+        } => (
+            format!(
+                "#{iteration} {} {}",
+                short_id(candidate),
+                result_summary(result)
+            ),
             Some(class_style(result.class)),
         ),
-        EventKind::EvaluationAborted { iteration, candidate, reason, .. } => {
-            (format!("#{iteration} {} aborted: {reason}", short_id(candidate)), Some(Style::Yellow))
-        }
+        EventKind::EvaluationAborted {
+            iteration,
+            candidate,
+            reason,
+            ..
+        } => (
+            format!("#{iteration} {} aborted: {reason}", short_id(candidate)),
+            Some(Style::Yellow),
+        ),
         EventKind::NewBest { best, previous } => {
             let before = previous.map_or(String::new(), |p| format!(" (was {})", speedup(p)));
             let text = format!(
@@ -576,9 +721,19 @@ pub fn event_summary(kind: &EventKind) -> (String, Option<Style>) {
             );
             (text, Some(Style::Bold))
         }
-        EventKind::DeviceHealth { device, health, reason } => {
-            let why = reason.as_deref().map_or(String::new(), |r| format!(": {r}"));
-            let style = if *health == Health::Healthy { Style::Green } else { Style::Red };
+        EventKind::DeviceHealth {
+            device,
+            health,
+            reason,
+        } => {
+            let why = reason
+                .as_deref()
+                .map_or(String::new(), |r| format!(": {r}"));
+            let style = if *health == Health::Healthy {
+                Style::Green
+            } else {
+                Style::Red
+            };
             (format!("{device} {}{why}", health_str(health)), Some(style))
         }
     }
@@ -589,7 +744,11 @@ pub fn result_summary(r: &EvalResult) -> String {
     let interp = if r.interpreted { " (interpreted)" } else { "" };
     match (r.class, r.speedup) {
         (ResultClass::Ok, Some(s)) => {
-            format!("ok {} {}{interp}", speedup(s), r.spread_pct.map_or(String::new(), percent))
+            format!(
+                "ok {} {}{interp}",
+                speedup(s),
+                r.spread_pct.map_or(String::new(), percent)
+            )
         }
         (class, _) => match &r.message {
             Some(m) => format!("{}: {}", class.as_str(), truncate(m, 80)),
@@ -618,7 +777,11 @@ pub fn gpus(result: &GpusResult, now_ms: u64, paint: Paint) -> String {
         .devices
         .iter()
         .map(|d| {
-            let style = if d.health == Health::Healthy { Style::Green } else { Style::Red };
+            let style = if d.health == Health::Healthy {
+                Style::Green
+            } else {
+                Style::Red
+            };
             let health = match &d.health_reason {
                 Some(r) => format!("{} ({})", health_str(&d.health), truncate(r, 40)),
                 None => health_str(&d.health).to_string(),
@@ -643,7 +806,20 @@ pub fn gpus(result: &GpusResult, now_ms: u64, paint: Paint) -> String {
             ]
         })
         .collect();
-    out.push_str(&table(&["UUID", "NAME", "HEALTH", "LEASE", "CANDIDATE", "SINCE", "EVALS", "BUSY"], &rows, paint));
+    out.push_str(&table(
+        &[
+            "UUID",
+            "NAME",
+            "HEALTH",
+            "LEASE",
+            "CANDIDATE",
+            "SINCE",
+            "EVALS",
+            "BUSY",
+        ],
+        &rows,
+        paint,
+    ));
     out
 }
 
@@ -703,7 +879,10 @@ mod tests {
     #[test]
     fn utc_fallback_is_a_correct_calendar() {
         let c = utc(1_796_060_600); // 2026-11-30 17:43:20 UTC
-        assert_eq!((c.year, c.month, c.day, c.hour, c.minute, c.second), (2026, 11, 30, 17, 43, 20));
+        assert_eq!(
+            (c.year, c.month, c.day, c.hour, c.minute, c.second),
+            (2026, 11, 30, 17, 43, 20)
+        );
         let epoch = utc(0);
         assert_eq!((epoch.year, epoch.month, epoch.day), (1970, 1, 1));
         let leap = utc(951_782_400); // 2000-02-29
@@ -712,7 +891,10 @@ mod tests {
 
     #[test]
     fn table_aligns_columns_and_numbers() {
-        let rows = vec![vec![Cell::new("a"), Cell::num("1")], vec![Cell::new("long"), Cell::num("100")]];
+        let rows = vec![
+            vec![Cell::new("a"), Cell::num("1")],
+            vec![Cell::new("long"), Cell::num("100")],
+        ];
         let text = table(&["K", "N"], &rows, Paint::OFF);
         assert_eq!(text, "K       N\na       1\nlong  100\n");
     }
@@ -721,7 +903,10 @@ mod tests {
     fn colour_is_only_escape_codes_and_keeps_alignment() {
         let rows = vec![vec![Cell::new("x").styled(Style::Red), Cell::new("y")]];
         let coloured = table(&["AB", "C"], &rows, Paint { enabled: true });
-        let stripped = coloured.replace("\x1b[31m", "").replace("\x1b[1m", "").replace("\x1b[0m", "");
+        let stripped = coloured
+            .replace("\x1b[31m", "")
+            .replace("\x1b[1m", "")
+            .replace("\x1b[0m", "");
         assert_eq!(stripped, table(&["AB", "C"], &rows, Paint::OFF));
         assert!(!table(&["AB", "C"], &rows, Paint::OFF).contains('\x1b'));
     }
@@ -730,13 +915,23 @@ mod tests {
     fn status_table_has_every_column() {
         let mut done = summary("kda", GoalState::Completed, None);
         done.reason = Some("target_reached".into());
-        let text = status_table(&[summary("mla-decode", GoalState::Running, Some(1.8512)), done], Paint::OFF);
+        let text = status_table(
+            &[
+                summary("mla-decode", GoalState::Running, Some(1.8512)),
+                done,
+            ],
+            Paint::OFF,
+        );
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
         for h in STATUS_HEADERS {
             assert!(lines[0].contains(h), "{h} missing in {}", lines[0]);
         }
-        assert!(lines[1].contains("mla-decode") && lines[1].contains("running") && lines[1].contains("1.85×"));
+        assert!(
+            lines[1].contains("mla-decode")
+                && lines[1].contains("running")
+                && lines[1].contains("1.85×")
+        );
         assert!(lines[1].contains("±2.5%") && lines[1].contains("5m12s"));
         assert!(lines[2].contains("completed") && lines[2].ends_with("target_reached"));
     }
@@ -776,13 +971,20 @@ mod tests {
                 iteration: 7,
                 candidate: "abcdef0123456789".into(),
                 device: "GPU-1".into(),
-                result: EvalResult::failure(ResultClass::WrongResult, "shape s16 seed 3\ntrace", 1.0),
+                result: EvalResult::failure(
+                    ResultClass::WrongResult,
+                    "shape s16 seed 3\ntrace",
+                    1.0,
+                ),
             },
         };
         let line = event_line(&ev, Paint::OFF);
         assert!(line.trim_start().starts_with("42  "));
         assert!(line.contains("evaluation_finished"));
-        assert!(line.ends_with("#7 abcdef012345 wrong_result: shape s16 seed 3…"), "{line}");
+        assert!(
+            line.ends_with("#7 abcdef012345 wrong_result: shape s16 seed 3…"),
+            "{line}"
+        );
     }
 
     #[test]
@@ -819,7 +1021,16 @@ mod tests {
         let text = gpus(&result, 40_000, Paint::OFF);
         assert!(text.starts_with("mode: gpu\n"));
         let row = text.lines().nth(2).unwrap();
-        for part in ["GPU-abc", "NVIDIA H200", "healthy", "mla #3", "feedfacecafe", "30s", "5", "1m15s"] {
+        for part in [
+            "GPU-abc",
+            "NVIDIA H200",
+            "healthy",
+            "mla #3",
+            "feedfacecafe",
+            "30s",
+            "5",
+            "1m15s",
+        ] {
             assert!(row.contains(part), "{part} missing in {row}");
         }
     }

@@ -63,7 +63,9 @@ impl Progress {
         }
         p.points.sort_by_key(|pt| pt.iteration);
         let steps = if announced.is_empty() {
-            p.scored().map(|(iteration, speedup)| Step { iteration, speedup }).collect()
+            p.scored()
+                .map(|(iteration, speedup)| Step { iteration, speedup })
+                .collect()
         } else {
             announced
         };
@@ -81,7 +83,12 @@ impl Progress {
                 self.state = Some(*to);
                 self.reason = reason.clone();
             }
-            EventKind::EvaluationFinished { iteration, candidate, result, .. } => {
+            EventKind::EvaluationFinished {
+                iteration,
+                candidate,
+                result,
+                ..
+            } => {
                 self.interpreted |= result.interpreted;
                 self.points.push(Point {
                     iteration: *iteration,
@@ -94,7 +101,10 @@ impl Progress {
             }
             EventKind::NewBest { best, .. } => {
                 self.interpreted |= best.interpreted;
-                announced.push(Step { iteration: best.iteration, speedup: best.speedup })
+                announced.push(Step {
+                    iteration: best.iteration,
+                    speedup: best.speedup,
+                })
             }
             _ => {}
         }
@@ -102,7 +112,9 @@ impl Progress {
 
     /// (iteration, speedup) of every correct, timed evaluation.
     fn scored(&self) -> impl Iterator<Item = (u64, f64)> + '_ {
-        self.points.iter().filter_map(|p| p.speedup.filter(|s| *s > 0.0).map(|s| (p.iteration, s)))
+        self.points
+            .iter()
+            .filter_map(|p| p.speedup.filter(|s| *s > 0.0).map(|s| (p.iteration, s)))
     }
 
     fn failures(&self) -> impl Iterator<Item = &Point> {
@@ -123,7 +135,11 @@ impl Progress {
     /// Seconds from the first evaluation to the first one at or after `iteration`.
     fn elapsed_at(&self, iteration: u64) -> Option<f64> {
         let start = self.points.first()?.time_ms;
-        let at = self.points.iter().find(|p| p.iteration >= iteration)?.time_ms;
+        let at = self
+            .points
+            .iter()
+            .find(|p| p.iteration >= iteration)?
+            .time_ms;
         Some(at.saturating_sub(start) as f64 / 1000.0)
     }
 
@@ -137,7 +153,10 @@ impl Progress {
             }
         }
         counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.as_str().cmp(b.0.as_str())));
-        let parts: Vec<String> = counts.iter().map(|(c, n)| format!("{n} {}", c.as_str())).collect();
+        let parts: Vec<String> = counts
+            .iter()
+            .map(|(c, n)| format!("{n} {}", c.as_str()))
+            .collect();
         parts.join(", ")
     }
 
@@ -154,7 +173,12 @@ impl Progress {
             let _ = write!(text, " in {}", render::duration(span));
         }
         if let Some(b) = self.best_now() {
-            let _ = write!(text, " · best {} at iteration {}", render::speedup(b.speedup), b.iteration);
+            let _ = write!(
+                text,
+                " · best {} at iteration {}",
+                render::speedup(b.speedup),
+                b.iteration
+            );
         }
         if let Some(state) = self.state {
             let _ = write!(text, " · {state}");
@@ -170,7 +194,10 @@ impl Progress {
 fn rising(mut steps: Vec<Step>) -> Vec<Step> {
     steps.sort_by_key(|s| s.iteration);
     let mut out: Vec<Step> = Vec::new();
-    for s in steps.into_iter().filter(|s| s.speedup.is_finite() && s.speedup > 0.0) {
+    for s in steps
+        .into_iter()
+        .filter(|s| s.speedup.is_finite() && s.speedup > 0.0)
+    {
         if out.last().map_or(true, |b| s.speedup > b.speedup) {
             out.push(s);
         }
@@ -207,25 +234,45 @@ impl YScale {
     /// A scale for an axis: widened to powers of two (log) or round steps (linear).
     fn fit(values: impl Iterator<Item = f64>) -> YScale {
         let Some((lo, hi)) = YScale::range(values) else {
-            return YScale { lo: 0.0, hi: 2.0, log: false };
+            return YScale {
+                lo: 0.0,
+                hi: 2.0,
+                log: false,
+            };
         };
         if hi / lo > LOG_SPAN {
-            YScale { lo: lo.log2().floor().exp2(), hi: hi.log2().ceil().exp2(), log: true }
+            YScale {
+                lo: lo.log2().floor().exp2(),
+                hi: hi.log2().ceil().exp2(),
+                log: true,
+            }
         } else {
             let step = nice_step((hi - lo).max(hi * 0.05) / 4.0);
             let lo = ((lo / step).floor() * step).max(0.0);
             let hi = (hi / step).ceil() * step;
-            YScale { lo, hi: if hi > lo { hi } else { lo + step }, log: false }
+            YScale {
+                lo,
+                hi: if hi > lo { hi } else { lo + step },
+                log: false,
+            }
         }
     }
 
     /// A scale exactly as wide as the values: eight block heights need all the room.
     fn tight(values: impl Iterator<Item = f64>) -> YScale {
         let Some((lo, hi)) = YScale::range(values) else {
-            return YScale { lo: 0.0, hi: 2.0, log: false };
+            return YScale {
+                lo: 0.0,
+                hi: 2.0,
+                log: false,
+            };
         };
         let hi = if hi > lo { hi } else { lo * 1.01 + 1e-9 };
-        YScale { lo, hi, log: hi / lo > LOG_SPAN }
+        YScale {
+            lo,
+            hi,
+            log: hi / lo > LOG_SPAN,
+        }
     }
 
     fn unit(&self, v: f64) -> f64 {
@@ -241,7 +288,10 @@ impl YScale {
         if self.log {
             let (a, b) = (self.lo.log2().round() as i32, self.hi.log2().round() as i32);
             let every = ((b - a) / 10 + 1).max(1) as usize;
-            (a..=b).step_by(every).map(|e| f64::from(e).exp2()).collect()
+            (a..=b)
+                .step_by(every)
+                .map(|e| f64::from(e).exp2())
+                .collect()
         } else {
             linear_ticks(self.lo, self.hi, 5)
         }
@@ -254,7 +304,11 @@ fn nice_step(raw: f64) -> f64 {
         return 1.0;
     }
     let mag = 10f64.powf(raw.log10().floor());
-    [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(10.0 * mag)
+    [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * mag)
 }
 
 /// Round values from `lo` to `hi`, about `count` of them.
@@ -301,7 +355,10 @@ struct Frame {
 
 impl Frame {
     fn new(p: &Progress) -> Frame {
-        let values = p.scored().map(|(_, s)| s).chain(p.best.iter().map(|s| s.speedup));
+        let values = p
+            .scored()
+            .map(|(_, s)| s)
+            .chain(p.best.iter().map(|s| s.speedup));
         let y = YScale::fit(values.chain([1.0]).chain(p.target));
         let first_point = p.points.first().map_or(0, |pt| pt.iteration);
         let first = first_point.min(p.best.first().map_or(u64::MAX, |s| s.iteration));
@@ -330,7 +387,10 @@ pub fn svg(p: &Progress) -> String {
     title(&mut s, p);
     if p.points.is_empty() {
         let (x, y) = (W / 2.0, H / 2.0);
-        let _ = writeln!(s, r#"<text x="{x}" y="{y}" text-anchor="middle" font-size="16">no evaluations yet</text>"#);
+        let _ = writeln!(
+            s,
+            r#"<text x="{x}" y="{y}" text-anchor="middle" font-size="16">no evaluations yet</text>"#
+        );
         s.push_str("</svg>\n");
         return s;
     }
@@ -338,7 +398,13 @@ pub fn svg(p: &Progress) -> String {
     x_axis(&mut s, &f, p);
     reference_line(&mut s, &f, 1.0, "#999999", "baseline 1×");
     if let Some(t) = p.target {
-        reference_line(&mut s, &f, t, TARGET, &format!("target {}", render::speedup(t)));
+        reference_line(
+            &mut s,
+            &f,
+            t,
+            TARGET,
+            &format!("target {}", render::speedup(t)),
+        );
     }
     dots(&mut s, &f, p);
     failures(&mut s, &f, p);
@@ -358,29 +424,57 @@ fn title(s: &mut String, p: &Progress) {
     if p.interpreted {
         sub.push_str(" · interpreted (CPU mode): not GPU timings");
     }
-    let _ = writeln!(s, r##"<text x="{LEFT}" y="52" fill="#666666">{}</text>"##, esc(&sub));
+    let _ = writeln!(
+        s,
+        r##"<text x="{LEFT}" y="52" fill="#666666">{}</text>"##,
+        esc(&sub)
+    );
 }
 
 fn y_axis(s: &mut String, f: &Frame) {
     for t in f.y.ticks() {
         let y = f.py(t);
-        let _ = writeln!(s, r#"<line x1="{LEFT}" x2="{RIGHT}" y1="{y:.1}" y2="{y:.1}" stroke="{GRID}"/>"#);
+        let _ = writeln!(
+            s,
+            r#"<line x1="{LEFT}" x2="{RIGHT}" y1="{y:.1}" y2="{y:.1}" stroke="{GRID}"/>"#
+        );
         let (lx, ly) = (LEFT - 8.0, y + 4.0);
-        let _ = writeln!(s, r#"<text x="{lx}" y="{ly:.1}" text-anchor="end">{}</text>"#, esc(&axis_label(t)));
+        let _ = writeln!(
+            s,
+            r#"<text x="{lx}" y="{ly:.1}" text-anchor="end">{}</text>"#,
+            esc(&axis_label(t))
+        );
     }
-    let scale = if f.y.log { "speedup vs baseline (log scale)" } else { "speedup vs baseline" };
+    let scale = if f.y.log {
+        "speedup vs baseline (log scale)"
+    } else {
+        "speedup vs baseline"
+    };
     let mid = (TOP + BOTTOM) / 2.0;
-    let _ = writeln!(s, r#"<text transform="translate(20 {mid}) rotate(-90)" text-anchor="middle">{scale}</text>"#);
+    let _ = writeln!(
+        s,
+        r#"<text transform="translate(20 {mid}) rotate(-90)" text-anchor="middle">{scale}</text>"#
+    );
 }
 
 /// Iteration ticks, each with the time since the first evaluation in grey below it.
 fn x_axis(s: &mut String, f: &Frame, p: &Progress) {
-    let _ = writeln!(s, r#"<line x1="{LEFT}" x2="{RIGHT}" y1="{BOTTOM}" y2="{BOTTOM}" stroke="{INK}"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<line x1="{LEFT}" x2="{RIGHT}" y1="{BOTTOM}" y2="{BOTTOM}" stroke="{INK}"/>"#
+    );
     for t in linear_ticks(f.first as f64, f.last as f64, 8) {
         let x = f.px(t as u64);
         let (tick_end, label_y, time_y) = (BOTTOM + 4.0, FAIL_Y + 26.0, FAIL_Y + 40.0);
-        let _ = writeln!(s, r#"<line x1="{x:.1}" x2="{x:.1}" y1="{BOTTOM}" y2="{tick_end}" stroke="{INK}"/>"#);
-        let _ = writeln!(s, r#"<text x="{x:.1}" y="{label_y}" text-anchor="middle">{}</text>"#, t as u64);
+        let _ = writeln!(
+            s,
+            r#"<line x1="{x:.1}" x2="{x:.1}" y1="{BOTTOM}" y2="{tick_end}" stroke="{INK}"/>"#
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{x:.1}" y="{label_y}" text-anchor="middle">{}</text>"#,
+            t as u64
+        );
         if let Some(elapsed) = p.elapsed_at(t as u64) {
             let label = format!("+{}", render::duration(elapsed));
             let _ = writeln!(
@@ -396,8 +490,10 @@ fn x_axis(s: &mut String, f: &Frame, p: &Progress) {
     );
     let (fx, fy) = (LEFT - 8.0, FAIL_Y + 4.0);
     let why = esc(&p.failure_breakdown());
-    let _ =
-        writeln!(s, r##"<text x="{fx}" y="{fy}" text-anchor="end" fill="#666666">failed<title>{why}</title></text>"##);
+    let _ = writeln!(
+        s,
+        r##"<text x="{fx}" y="{fy}" text-anchor="end" fill="#666666">failed<title>{why}</title></text>"##
+    );
 }
 
 /// A dashed horizontal line at `value`, labelled at its left end (the newest points and the
@@ -409,14 +505,23 @@ fn reference_line(s: &mut String, f: &Frame, value: f64, colour: &str, label: &s
         r#"<line x1="{LEFT}" x2="{RIGHT}" y1="{y:.1}" y2="{y:.1}" stroke="{colour}" stroke-dasharray="5 4"/>"#
     );
     let (lx, ly) = (LEFT + 6.0, y - 5.0);
-    let _ = writeln!(s, r#"<text x="{lx}" y="{ly:.1}" fill="{colour}">{}</text>"#, esc(label));
+    let _ = writeln!(
+        s,
+        r#"<text x="{lx}" y="{ly:.1}" fill="{colour}">{}</text>"#,
+        esc(label)
+    );
 }
 
 fn dots(s: &mut String, f: &Frame, p: &Progress) {
     s.push_str("<g class=\"evaluations\">\n");
     for pt in &p.points {
         let Some(v) = pt.speedup else { continue };
-        let tip = format!("iteration {} · {} · {}", pt.iteration, render::short_id(&pt.candidate), render::speedup(v));
+        let tip = format!(
+            "iteration {} · {} · {}",
+            pt.iteration,
+            render::short_id(&pt.candidate),
+            render::speedup(v)
+        );
         let (x, y) = (f.px(pt.iteration), f.py(v));
         let _ = writeln!(
             s,
@@ -431,7 +536,10 @@ fn failures(s: &mut String, f: &Frame, p: &Progress) {
     s.push_str("<g class=\"failures\">\n");
     for pt in p.failures() {
         let (x, y) = (f.px(pt.iteration) - 3.0, FAIL_Y - 3.0);
-        let why = pt.message.as_deref().map_or(String::new(), |m| format!(": {}", render::truncate(m, 100)));
+        let why = pt
+            .message
+            .as_deref()
+            .map_or(String::new(), |m| format!(": {}", render::truncate(m, 100)));
         let tip = format!("iteration {} · {}{why}", pt.iteration, pt.class.as_str());
         let _ = writeln!(
             s,
@@ -475,10 +583,17 @@ fn best_line(s: &mut String, f: &Frame, p: &Progress) {
         r#"<path class="best" d="{d}" fill="none" stroke="{BEST}" stroke-width="2.5" stroke-linejoin="round"/>"#
     );
     for step in &p.best {
-        let tip = format!("new best at iteration {}: {}", step.iteration, render::speedup(step.speedup));
+        let tip = format!(
+            "new best at iteration {}: {}",
+            step.iteration,
+            render::speedup(step.speedup)
+        );
         let (x, y) = (f.px(step.iteration), f.py(step.speedup));
-        let _ =
-            writeln!(s, r#"<circle cx="{x:.1}" cy="{y:.1}" r="4" fill="{BEST}"><title>{}</title></circle>"#, esc(&tip));
+        let _ = writeln!(
+            s,
+            r#"<circle cx="{x:.1}" cy="{y:.1}" r="4" fill="{BEST}"><title>{}</title></circle>"#,
+            esc(&tip)
+        );
     }
     if let (Some(b), Some(&(x, y))) = (p.best_now(), vertices.last()) {
         let label = esc(&render::speedup(b.speedup));
@@ -536,7 +651,11 @@ const BEST_ROWS: usize = 12;
 /// Sparklines of the best-so-far and of the evaluations over iterations, a strip of
 /// failures, and bars of the latest new bests; `columns` is the terminal width.
 pub fn terminal(p: &Progress, columns: usize, paint: Paint) -> String {
-    let mut out = format!("{}  {}\n", paint.paint(&p.name, Some(Style::Bold)), p.headline());
+    let mut out = format!(
+        "{}  {}\n",
+        paint.paint(&p.name, Some(Style::Bold)),
+        p.headline()
+    );
     if p.interpreted {
         out.push_str("(interpreted under CPU mode: timings are not GPU figures)\n");
     }
@@ -544,9 +663,14 @@ pub fn terminal(p: &Progress, columns: usize, paint: Paint) -> String {
         return out;
     }
     let f = Frame::new(p);
-    let width = columns.saturating_sub(20).clamp(10, 100).min((f.last - f.first + 1) as usize);
+    let width = columns
+        .saturating_sub(20)
+        .clamp(10, 100)
+        .min((f.last - f.first + 1) as usize);
     let span = (f.last - f.first + 1) as usize;
-    let bucket = |iteration: u64| ((iteration.saturating_sub(f.first)) as usize * width / span).min(width - 1);
+    let bucket = |iteration: u64| {
+        ((iteration.saturating_sub(f.first)) as usize * width / span).min(width - 1)
+    };
 
     let mut speeds = vec![Vec::new(); width];
     let mut fails = vec![false; width];
@@ -561,20 +685,51 @@ pub fn terminal(p: &Progress, columns: usize, paint: Paint) -> String {
     // One scale for both lines, as tight as the data: the rows compare by height.
     let y = YScale::tight(best.iter().chain(&medians).flatten().copied());
     let spark = |cells: &[Option<f64>]| -> String {
-        cells.iter().map(|c| c.map_or(' ', |v| BLOCKS[(y.unit(v) * 7.0).round() as usize])).collect()
+        cells
+            .iter()
+            .map(|c| c.map_or(' ', |v| BLOCKS[(y.unit(v) * 7.0).round() as usize]))
+            .collect()
     };
-    let best_now = p.best_now().map_or("-".into(), |b| render::speedup(b.speedup));
-    let _ = writeln!(out, "best   {}  {best_now}", paint.paint(&spark(&best), Some(Style::Yellow)));
-    let _ = writeln!(out, "median {}", paint.paint(&spark(&medians), Some(Style::Cyan)));
+    let best_now = p
+        .best_now()
+        .map_or("-".into(), |b| render::speedup(b.speedup));
+    let _ = writeln!(
+        out,
+        "best   {}  {best_now}",
+        paint.paint(&spark(&best), Some(Style::Yellow))
+    );
+    let _ = writeln!(
+        out,
+        "median {}",
+        paint.paint(&spark(&medians), Some(Style::Cyan))
+    );
     let fail_row: String = fails.iter().map(|&x| if x { '×' } else { ' ' }).collect();
-    let _ = writeln!(out, "fails  {}  {}", paint.paint(&fail_row, Some(Style::Red)), p.failures().count());
+    let _ = writeln!(
+        out,
+        "fails  {}  {}",
+        paint.paint(&fail_row, Some(Style::Red)),
+        p.failures().count()
+    );
     if p.failures().next().is_some() {
-        let _ = writeln!(out, "       {}", render::truncate(&p.failure_breakdown(), columns.saturating_sub(8)));
+        let _ = writeln!(
+            out,
+            "       {}",
+            render::truncate(&p.failure_breakdown(), columns.saturating_sub(8))
+        );
     }
     let (a, b) = (f.first.to_string(), f.last.to_string());
     let gap = width.saturating_sub(a.len() + b.len()).max(1);
-    let scale = format!("{} to {}{}", render::speedup(y.lo), render::speedup(y.hi), if y.log { ", log" } else { "" });
-    let _ = writeln!(out, "       {a}{}{b}  iteration; heights {scale}", " ".repeat(gap));
+    let scale = format!(
+        "{} to {}{}",
+        render::speedup(y.lo),
+        render::speedup(y.hi),
+        if y.log { ", log" } else { "" }
+    );
+    let _ = writeln!(
+        out,
+        "       {a}{}{b}  iteration; heights {scale}",
+        " ".repeat(gap)
+    );
     out.push_str(&best_bars(p, paint));
     out
 }
@@ -603,7 +758,9 @@ fn best_per_bucket(p: &Progress, width: usize, bucket: &dyn Fn(u64) -> usize) ->
 
 /// Horizontal bars of the latest new bests, in eighths of a character.
 fn best_bars(p: &Progress, paint: Paint) -> String {
-    let Some(top) = p.best_now() else { return String::new() };
+    let Some(top) = p.best_now() else {
+        return String::new();
+    };
     const BAR: usize = 40;
     let mut out = String::from("\nnew bests (iteration, speedup)\n");
     let skip = p.best.len().saturating_sub(BEST_ROWS);
@@ -611,11 +768,18 @@ fn best_bars(p: &Progress, paint: Paint) -> String {
         let _ = writeln!(out, "  … {skip} earlier");
     }
     for step in &p.best[skip..] {
-        let eighths = ((step.speedup / top.speedup) * (BAR * 8) as f64).round().max(1.0) as usize;
+        let eighths = ((step.speedup / top.speedup) * (BAR * 8) as f64)
+            .round()
+            .max(1.0) as usize;
         let bar = bar(eighths);
         let pad = " ".repeat(BAR.saturating_sub(render::width(&bar)));
         let painted = paint.paint(&bar, Some(Style::Yellow));
-        let _ = writeln!(out, "  {:>6}  {painted}{pad}  {}", step.iteration, render::speedup(step.speedup));
+        let _ = writeln!(
+            out,
+            "  {:>6}  {painted}{pad}  {}",
+            step.iteration,
+            render::speedup(step.speedup)
+        );
     }
     out
 }
@@ -650,7 +814,12 @@ mod tests {
             device: "GPU-1".into(),
             result,
         };
-        Event { seq, time_ms: seq * 1000, goal: Some("g".into()), kind }
+        Event {
+            seq,
+            time_ms: seq * 1000,
+            goal: Some("g".into()),
+            kind,
+        }
     }
 
     fn new_best(seq: u64, iteration: u64, speedup: f64) -> Event {
@@ -663,12 +832,30 @@ mod tests {
             iteration,
             interpreted: false,
         };
-        Event { seq, time_ms: seq * 1000, goal: Some("g".into()), kind: EventKind::NewBest { best, previous: None } }
+        Event {
+            seq,
+            time_ms: seq * 1000,
+            goal: Some("g".into()),
+            kind: EventKind::NewBest {
+                best,
+                previous: None,
+            },
+        }
     }
 
     fn sample() -> Progress {
-        let speeds =
-            [Some(0.8), Some(1.2), None, Some(1.1), Some(3.5), None, Some(2.0), Some(9.0), Some(8.5), Some(12.0)];
+        let speeds = [
+            Some(0.8),
+            Some(1.2),
+            None,
+            Some(1.1),
+            Some(3.5),
+            None,
+            Some(2.0),
+            Some(9.0),
+            Some(8.5),
+            Some(12.0),
+        ];
         let mut events = Vec::new();
         for (i, s) in speeds.iter().enumerate() {
             events.push(finished(events.len() as u64 + 1, i as u64 + 1, *s));
@@ -689,11 +876,19 @@ mod tests {
             let tag = &rest[open + 1..close];
             assert!(!tag.contains('<'), "'<' inside tag {tag}");
             if let Some(name) = tag.strip_prefix('/') {
-                assert_eq!(stack.pop().as_deref(), Some(name.trim()), "mismatched </{name}>");
+                assert_eq!(
+                    stack.pop().as_deref(),
+                    Some(name.trim()),
+                    "mismatched </{name}>"
+                );
             } else if !tag.ends_with('/') {
                 stack.push(tag.split_whitespace().next().unwrap().to_string());
             }
-            assert_eq!(tag.matches('"').count() % 2, 0, "unbalanced quotes in {tag}");
+            assert_eq!(
+                tag.matches('"').count() % 2,
+                0,
+                "unbalanced quotes in {tag}"
+            );
             check_text(tag);
             rest = &rest[close + 1..];
         }
@@ -705,7 +900,10 @@ mod tests {
         for (i, _) in text.match_indices('&') {
             let entity = &text[i..];
             let known = ["&amp;", "&lt;", "&gt;", "&quot;", "&apos;"];
-            assert!(known.iter().any(|e| entity.starts_with(e)), "bare & in {text}");
+            assert!(
+                known.iter().any(|e| entity.starts_with(e)),
+                "bare & in {text}"
+            );
         }
     }
 
@@ -714,9 +912,20 @@ mod tests {
         let p = sample();
         assert_eq!(p.points.len(), 10);
         assert_eq!(p.failures().count(), 2);
-        assert_eq!(p.best_now(), Some(Step { iteration: 10, speedup: 12.0 }));
-        assert!(p.best.windows(2).all(|w| w[1].speedup > w[0].speedup && w[1].iteration >= w[0].iteration));
-        assert!(p.headline().starts_with("10 evaluations (2 failed) in 9s · best 12.0× at iteration 10"));
+        assert_eq!(
+            p.best_now(),
+            Some(Step {
+                iteration: 10,
+                speedup: 12.0
+            })
+        );
+        assert!(p
+            .best
+            .windows(2)
+            .all(|w| w[1].speedup > w[0].speedup && w[1].iteration >= w[0].iteration));
+        assert!(p
+            .headline()
+            .starts_with("10 evaluations (2 failed) in 9s · best 12.0× at iteration 10"));
     }
 
     #[test]
@@ -727,14 +936,33 @@ mod tests {
             .map(|(i, s)| finished(i as u64 + 1, i as u64 + 1, *s))
             .collect();
         let p = Progress::from_events("g", &events);
-        assert_eq!(p.best, vec![Step { iteration: 1, speedup: 1.0 }, Step { iteration: 3, speedup: 2.0 }]);
+        assert_eq!(
+            p.best,
+            vec![
+                Step {
+                    iteration: 1,
+                    speedup: 1.0
+                },
+                Step {
+                    iteration: 3,
+                    speedup: 2.0
+                }
+            ]
+        );
     }
 
     #[test]
     fn a_falling_new_best_does_not_bend_the_line_down() {
-        let events = vec![new_best(1, 1, 2.0), new_best(2, 2, 1.5), new_best(3, 3, 3.0)];
+        let events = vec![
+            new_best(1, 1, 2.0),
+            new_best(2, 2, 1.5),
+            new_best(3, 3, 3.0),
+        ];
         let p = Progress::from_events("g", &events);
-        assert_eq!(p.best.iter().map(|s| s.speedup).collect::<Vec<_>>(), [2.0, 3.0]);
+        assert_eq!(
+            p.best.iter().map(|s| s.speedup).collect::<Vec<_>>(),
+            [2.0, 3.0]
+        );
     }
 
     #[test]
@@ -743,8 +971,15 @@ mod tests {
         assert_well_formed(&svg);
         assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
         assert!(svg.contains("&lt;ptx&gt; &amp; &quot;worse&quot;"));
-        assert_eq!(svg.matches("<circle").count(), 8 + 5 + 1, "8 dots, 5 best markers, 1 legend dot");
-        assert!(svg.contains("(log scale)"), "0.8× to 12× spans more than 4×");
+        assert_eq!(
+            svg.matches("<circle").count(),
+            8 + 5 + 1,
+            "8 dots, 5 best markers, 1 legend dot"
+        );
+        assert!(
+            svg.contains("(log scale)"),
+            "0.8× to 12× spans more than 4×"
+        );
     }
 
     #[test]
@@ -753,17 +988,32 @@ mod tests {
         let f = Frame::new(&p);
         let v = best_vertices(&f, &p);
         assert!(v.windows(2).all(|w| w[1].0 >= w[0].0), "x never goes back");
-        assert!(v.windows(2).all(|w| w[1].1 <= w[0].1), "y never goes down (SVG y grows downward)");
-        assert!(v.windows(2).all(|w| w[0].0 == w[1].0 || w[0].1 == w[1].1), "steps: horizontal or vertical");
+        assert!(
+            v.windows(2).all(|w| w[1].1 <= w[0].1),
+            "y never goes down (SVG y grows downward)"
+        );
+        assert!(
+            v.windows(2).all(|w| w[0].0 == w[1].0 || w[0].1 == w[1].1),
+            "steps: horizontal or vertical"
+        );
         assert!((v.last().unwrap().0 - RIGHT).abs() < 1e-9);
         let svg = svg(&p);
-        let d = svg.split("class=\"best\" d=\"").nth(1).unwrap().split('"').next().unwrap();
+        let d = svg
+            .split("class=\"best\" d=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
         let ys: Vec<f64> = d
             .split(['M', 'L'])
             .filter(|s| !s.trim().is_empty())
             .map(|xy| xy.split_whitespace().nth(1).unwrap().parse().unwrap())
             .collect();
-        assert!(ys.len() >= 2 * p.best.len() && ys.windows(2).all(|w| w[1] <= w[0]), "{d}");
+        assert!(
+            ys.len() >= 2 * p.best.len() && ys.windows(2).all(|w| w[1] <= w[0]),
+            "{d}"
+        );
     }
 
     #[test]
@@ -796,11 +1046,25 @@ mod tests {
         let text = terminal(&sample(), 80, Paint::OFF);
         let lines: Vec<&str> = text.lines().collect();
         let best = lines.iter().find(|l| l.starts_with("best ")).unwrap();
-        let levels: Vec<usize> = best.chars().filter_map(|c| BLOCKS.iter().position(|b| *b == c)).collect();
-        assert!(levels.windows(2).all(|w| w[1] >= w[0]), "best sparkline never falls: {best}");
+        let levels: Vec<usize> = best
+            .chars()
+            .filter_map(|c| BLOCKS.iter().position(|b| *b == c))
+            .collect();
+        assert!(
+            levels.windows(2).all(|w| w[1] >= w[0]),
+            "best sparkline never falls: {best}"
+        );
         assert_eq!(levels.last(), Some(&7), "the best ends at the top");
         assert!(best.ends_with("12.0×"));
-        assert_eq!(lines.iter().find(|l| l.starts_with("fails")).unwrap().matches('×').count(), 2);
+        assert_eq!(
+            lines
+                .iter()
+                .find(|l| l.starts_with("fails"))
+                .unwrap()
+                .matches('×')
+                .count(),
+            2
+        );
         assert!(text.contains("new bests"));
         assert!(text.lines().filter(|l| l.contains('█')).count() >= 5);
         assert!(text.lines().all(|l| render::width(l) <= 80), "{text}");

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kerneld::wire::{
-    code, BestResult, BestSummary, EvalResult, Event, EventKind, GoalState, GoalSummary, Notification, Request,
-    Response, ResultClass, RpcError,
+    code, BestResult, BestSummary, EvalResult, Event, EventKind, GoalState, GoalSummary,
+    Notification, Request, Response, ResultClass, RpcError,
 };
 use serde_json::{json, Value};
 
@@ -46,11 +46,20 @@ impl Fake {
                 std::thread::spawn(move || serve(stream, &*answer, &tx));
             }
         });
-        Fake { _dir: dir, socket, requests }
+        Fake {
+            _dir: dir,
+            socket,
+            requests,
+        }
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        kernelctl().arg("--socket").arg(&self.socket).args(args).output().unwrap()
+        kernelctl()
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .unwrap()
     }
 
     fn methods(&self) -> Vec<String> {
@@ -58,7 +67,11 @@ impl Fake {
     }
 }
 
-fn serve(stream: UnixStream, answer: &dyn Fn(&Request) -> Reply, tx: &std::sync::mpsc::Sender<Request>) {
+fn serve(
+    stream: UnixStream,
+    answer: &dyn Fn(&Request) -> Reply,
+    tx: &std::sync::mpsc::Sender<Request>,
+) {
     let mut writer = stream.try_clone().unwrap();
     for line in BufReader::new(stream).lines() {
         let Ok(line) = line else { return };
@@ -74,7 +87,11 @@ fn serve(stream: UnixStream, answer: &dyn Fn(&Request) -> Reply, tx: &std::sync:
         let streaming = !notes.is_empty();
         let _ = writeln!(writer, "{}", serde_json::to_string(&response).unwrap());
         for params in notes {
-            let note = Notification { jsonrpc: "2.0".into(), method: "event".into(), params };
+            let note = Notification {
+                jsonrpc: "2.0".into(),
+                method: "event".into(),
+                params,
+            };
             let _ = writeln!(writer, "{}", serde_json::to_string(&note).unwrap());
         }
         if streaming {
@@ -85,7 +102,9 @@ fn serve(stream: UnixStream, answer: &dyn Fn(&Request) -> Reply, tx: &std::sync:
 
 fn kernelctl() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kernelctl"));
-    cmd.env_remove("KERNELD_SOCKET").env("NO_COLOR", "1").stdin(Stdio::null());
+    cmd.env_remove("KERNELD_SOCKET")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
     cmd
 }
 
@@ -127,7 +146,13 @@ fn best_summary(iteration: u64, speedup: f64) -> BestSummary {
 }
 
 fn event(seq: u64, kind: EventKind) -> Value {
-    serde_json::to_value(Event { seq, time_ms: 1_796_060_600_000 + seq, goal: Some("g-1".into()), kind }).unwrap()
+    serde_json::to_value(Event {
+        seq,
+        time_ms: 1_796_060_600_000 + seq,
+        goal: Some("g-1".into()),
+        kind,
+    })
+    .unwrap()
 }
 
 fn finished(seq: u64, iteration: u64, speedup: Option<f64>) -> Value {
@@ -142,7 +167,12 @@ fn finished(seq: u64, iteration: u64, speedup: Option<f64>) -> Value {
     };
     event(
         seq,
-        EventKind::EvaluationFinished { iteration, candidate: format!("c{iteration}"), device: "GPU-1".into(), result },
+        EventKind::EvaluationFinished {
+            iteration,
+            candidate: format!("c{iteration}"),
+            device: "GPU-1".into(),
+            result,
+        },
     )
 }
 
@@ -150,9 +180,19 @@ fn finished(seq: u64, iteration: u64, speedup: Option<f64>) -> Value {
 
 #[test]
 fn usage_errors_exit_2() {
-    for args in [&["frobnicate"][..], &["show"], &["events", "g", "--limit", "many"], &[]] {
+    for args in [
+        &["frobnicate"][..],
+        &["show"],
+        &["events", "g", "--limit", "many"],
+        &[],
+    ] {
         let out = kernelctl().args(args).output().unwrap();
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
     }
 }
 
@@ -160,28 +200,54 @@ fn usage_errors_exit_2() {
 fn absent_socket_exits_3_naming_the_path() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("nothing-here.sock");
-    let out = kernelctl().arg("--socket").arg(&socket).arg("status").output().unwrap();
+    let out = kernelctl()
+        .arg("--socket")
+        .arg(&socket)
+        .arg("status")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(3));
     let err = text(&out.stderr);
     assert!(err.contains(&*socket.to_string_lossy()), "{err}");
-    assert!(err.contains("systemctl start kerneld") && err.contains("kerneld --socket"), "{err}");
+    assert!(
+        err.contains("systemctl start kerneld") && err.contains("kerneld --socket"),
+        "{err}"
+    );
     assert!(out.stdout.is_empty());
 
     // The environment variable names the socket just as well.
-    let out = kernelctl().env("KERNELD_SOCKET", &socket).arg("gpus").output().unwrap();
+    let out = kernelctl()
+        .env("KERNELD_SOCKET", &socket)
+        .arg("gpus")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(3));
     assert!(text(&out.stderr).contains(&*socket.to_string_lossy()));
 }
 
 #[test]
 fn status_prints_a_table() {
-    let fake = Fake::start(|_| Reply::Ok(serde_json::to_value(vec![summary(GoalState::Running)]).unwrap()));
+    let fake = Fake::start(|_| {
+        Reply::Ok(serde_json::to_value(vec![summary(GoalState::Running)]).unwrap())
+    });
     let out = fake.run(&["status"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
-    assert!(lines[0].starts_with("ID") && lines[0].contains("NAME") && lines[0].contains("BEST"), "{stdout}");
-    for part in ["g-1", "mla-decode", "running", "12", "11", "1.85×", "±2.1%", "5m12s"] {
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("NAME") && lines[0].contains("BEST"),
+        "{stdout}"
+    );
+    for part in [
+        "g-1",
+        "mla-decode",
+        "running",
+        "12",
+        "11",
+        "1.85×",
+        "±2.1%",
+        "5m12s",
+    ] {
         assert!(lines[1].contains(part), "{part} missing: {stdout}");
     }
     assert!(!stdout.contains('\x1b'), "no colours off a terminal");
@@ -205,13 +271,17 @@ fn daemon_errors_exit_1_with_a_hint() {
     let out = fake.run(&["show", "nope"]);
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
-    assert!(err.starts_with("kernelctl: no goal named nope\nhint: "), "{err}");
+    assert!(
+        err.starts_with("kernelctl: no goal named nope\nhint: "),
+        "{err}"
+    );
     assert!(out.stdout.is_empty());
 }
 
 #[test]
 fn enqueue_sends_the_file_and_prints_only_the_id() {
-    let fake = Fake::start(|_| Reply::Ok(json!({"id": "g-7", "name": "mla-decode", "created": true})));
+    let fake =
+        Fake::start(|_| Reply::Ok(json!({"id": "g-7", "name": "mla-decode", "created": true})));
     let dir = tempfile::tempdir().unwrap();
     let goal = dir.path().join("mla.toml");
     std::fs::write(&goal, "name = \"mla-decode\"\n").unwrap();
@@ -237,7 +307,11 @@ fn unreadable_goal_file_exits_1_naming_it() {
     let fake = Fake::start(|_| Reply::Ok(Value::Null));
     let out = fake.run(&["enqueue", "/no/such/goal.toml"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("/no/such/goal.toml"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("/no/such/goal.toml"),
+        "{}",
+        text(&out.stderr)
+    );
     assert!(fake.methods().is_empty(), "nothing sent");
 }
 
@@ -277,7 +351,9 @@ fn a_closed_stdout_ends_quietly() {
         .spawn()
         .unwrap();
     let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap(); // then dropped: `| head -1`
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap(); // then dropped: `| head -1`
     assert!(first.contains("evaluation_finished"), "{first}");
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -287,12 +363,29 @@ fn a_closed_stdout_ends_quietly() {
 #[test]
 fn events_follow_json_prints_lines_until_the_daemon_hangs_up() {
     let fake = Fake::start(|_| {
-        Reply::Stream(vec![finished(1, 1, Some(1.2))], vec![finished(2, 2, None), finished(3, 3, Some(2.0))])
+        Reply::Stream(
+            vec![finished(1, 1, Some(1.2))],
+            vec![finished(2, 2, None), finished(3, 3, Some(2.0))],
+        )
     });
     let out = fake.run(&["events", "g-1", "--follow", "--json"]);
-    let lines: Vec<Value> = text(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.iter().map(|v| v["seq"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2, 3]);
-    assert_eq!(out.status.code(), Some(3), "the daemon went away: {}", text(&out.stderr));
+    let lines: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines
+            .iter()
+            .map(|v| v["seq"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the daemon went away: {}",
+        text(&out.stderr)
+    );
     let request = fake.requests.recv_timeout(Duration::from_secs(5)).unwrap();
     assert_eq!(request.params["follow"], true);
 }
@@ -303,8 +396,11 @@ fn watch_ends_when_the_goal_completes() {
     let calls = status_calls.clone();
     let fake = Fake::start(move |req| match req.method.as_str() {
         "status" => {
-            let state =
-                if calls.fetch_add(1, Ordering::SeqCst) < 2 { GoalState::Running } else { GoalState::Completed };
+            let state = if calls.fetch_add(1, Ordering::SeqCst) < 2 {
+                GoalState::Running
+            } else {
+                GoalState::Completed
+            };
             Reply::Ok(serde_json::to_value(vec![summary(state)]).unwrap())
         }
         "events" => Reply::Stream(
@@ -323,7 +419,10 @@ fn watch_ends_when_the_goal_completes() {
     let out = fake.run(&["watch", "mla-decode"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    assert!(stdout.lines().last().unwrap().contains("completed"), "{stdout}");
+    assert!(
+        stdout.lines().last().unwrap().contains("completed"),
+        "{stdout}"
+    );
     assert!(!stdout.contains('\r'), "no redraws off a terminal");
 }
 
@@ -331,10 +430,22 @@ fn watch_ends_when_the_goal_completes() {
 fn report_writes_an_svg() {
     let events = vec![
         finished(1, 1, Some(1.0)),
-        event(2, EventKind::NewBest { best: best_summary(1, 1.0), previous: None }),
+        event(
+            2,
+            EventKind::NewBest {
+                best: best_summary(1, 1.0),
+                previous: None,
+            },
+        ),
         finished(3, 2, None),
         finished(4, 3, Some(2.5)),
-        event(5, EventKind::NewBest { best: best_summary(3, 2.5), previous: Some(1.0) }),
+        event(
+            5,
+            EventKind::NewBest {
+                best: best_summary(3, 2.5),
+                previous: Some(1.0),
+            },
+        ),
     ];
     let fake = Fake::start(move |_| Reply::Ok(Value::Array(events.clone())));
     let dir = tempfile::tempdir().unwrap();
@@ -347,12 +458,19 @@ fn report_writes_an_svg() {
 
     let out = fake.run(&["report", "g-1"]);
     assert_eq!(out.status.code(), Some(0));
-    assert!(text(&out.stdout).contains("best 2.50× at iteration 3"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("best 2.50× at iteration 3"),
+        "{}",
+        text(&out.stdout)
+    );
 }
 
 #[test]
 fn completions_need_no_daemon() {
-    let out = kernelctl().args(["--socket", "/nonexistent.sock", "completions", "bash"]).output().unwrap();
+    let out = kernelctl()
+        .args(["--socket", "/nonexistent.sock", "completions", "bash"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0));
     assert!(text(&out.stdout).contains("kernelctl"));
 }
@@ -365,7 +483,11 @@ fn pause_reports_the_new_state_unless_quiet() {
     });
     let out = fake.run(&["pause", "mla-decode"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).starts_with("g-1: mla-decode  paused"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).starts_with("g-1: mla-decode  paused"),
+        "{}",
+        text(&out.stdout)
+    );
     let out = fake.run(&["--quiet", "resume", "mla-decode"]);
     assert_eq!(out.status.code(), Some(0));
     assert!(out.stdout.is_empty() && out.stderr.is_empty());

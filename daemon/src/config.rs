@@ -63,7 +63,9 @@ impl Config {
         Config {
             state_dir,
             socket,
-            python: std::env::var_os("KERNELD_PYTHON").map(PathBuf::from).unwrap_or_else(|| "python3".into()),
+            python: std::env::var_os("KERNELD_PYTHON")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| "python3".into()),
             kernels_dir: default_kernels_dir(),
             eval_timeout: Duration::from_secs(900),
             worker_start_timeout: Duration::from_secs(180),
@@ -80,17 +82,20 @@ impl Config {
 
     /// Applies a `kerneld.toml` on top of `self`.
     pub fn merge_file(mut self, file: &Path) -> Result<Config, String> {
-        let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read config {}: {e}", file.display()))?;
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| format!("cannot read config {}: {e}", file.display()))?;
         let raw: RawConfig = toml::from_str(&text).map_err(|e| {
-            let line = e.span().map_or(0, |s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            let line = e.span().map_or(0, |s| {
+                text[..s.start.min(text.len())].matches('\n').count() + 1
+            });
             format!("{}:{line}: {}", file.display(), e.message().trim())
         })?;
         let dur = |v: &Option<String>, key: &str| -> Result<Option<Duration>, String> {
             v.as_deref()
                 .map(|s| {
-                    parse_duration(s)
-                        .map(Duration::from_secs)
-                        .map_err(|m| format!("{}: `{key}`: bad duration `{s}`: {m}", file.display()))
+                    parse_duration(s).map(Duration::from_secs).map_err(|m| {
+                        format!("{}: `{key}`: bad duration `{s}`: {m}", file.display())
+                    })
                 })
                 .transpose()
         };

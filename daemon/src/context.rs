@@ -22,7 +22,11 @@ const TOP: usize = 3;
 const MESSAGE_CHARS: usize = 400;
 
 pub fn budget(spec: &GoalSpec) -> usize {
-    spec.agent.settings.get("context_bytes").and_then(Value::as_u64).map_or(DEFAULT_BYTES, |b| b as usize)
+    spec.agent
+        .settings
+        .get("context_bytes")
+        .and_then(Value::as_u64)
+        .map_or(DEFAULT_BYTES, |b| b as usize)
 }
 
 fn clip(s: &str, n: usize) -> String {
@@ -49,7 +53,11 @@ pub fn goal_statement(spec: &GoalSpec) -> String {
         let _ = writeln!(s, "Target: {t}× speedup.");
     }
     let seeds: Vec<&str> = spec.seeds.iter().map(|s| s.name.as_str()).collect();
-    let _ = writeln!(s, "Seeds: {}. Candidates must be correct on every shape (held-out included) to count.", seeds.join(", "));
+    let _ = writeln!(
+        s,
+        "Seeds: {}. Candidates must be correct on every shape (held-out included) to count.",
+        seeds.join(", ")
+    );
     s
 }
 
@@ -70,7 +78,11 @@ fn describe(rec: &EvaluationRecord) -> String {
 fn profile_lines(rec: &EvaluationRecord) -> String {
     let mut s = String::new();
     for t in &rec.result.shapes {
-        let _ = write!(s, "    {}: {:.2} µs vs {:.2} µs ({:.2}×)", t.shape, t.median_us, t.baseline_us, t.speedup);
+        let _ = write!(
+            s,
+            "    {}: {:.2} µs vs {:.2} µs ({:.2}×)",
+            t.shape, t.median_us, t.baseline_us, t.speedup
+        );
         if let Some(g) = t.gbps {
             let _ = write!(s, ", {g:.0} GB/s");
         }
@@ -100,9 +112,14 @@ pub fn compact(goal: &GoalProjection, history: &[EvaluationRecord], budget: usiz
     sections.push(goal_statement(&goal.spec));
 
     // Best few, with profiles.
-    let mut scored: Vec<&EvaluationRecord> = history.iter().filter(|r| r.result.is_scored()).collect();
+    let mut scored: Vec<&EvaluationRecord> =
+        history.iter().filter(|r| r.result.is_scored()).collect();
     scored.sort_by(|a, b| {
-        b.result.speedup.partial_cmp(&a.result.speedup).unwrap_or(std::cmp::Ordering::Equal).then(a.iteration.cmp(&b.iteration))
+        b.result
+            .speedup
+            .partial_cmp(&a.result.speedup)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.iteration.cmp(&b.iteration))
     });
     let mut best = String::from("## Best candidates\n");
     if scored.is_empty() {
@@ -117,7 +134,9 @@ pub fn compact(goal: &GoalProjection, history: &[EvaluationRecord], budget: usiz
     // Failures grouped by class, one (the latest) example each.
     let mut failures: BTreeMap<&str, (usize, &EvaluationRecord)> = BTreeMap::new();
     for rec in history.iter().filter(|r| !r.result.is_scored()) {
-        let e = failures.entry(rec.result.class.as_str()).or_insert((0, rec));
+        let e = failures
+            .entry(rec.result.class.as_str())
+            .or_insert((0, rec));
         e.0 += 1;
         e.1 = rec;
     }
@@ -125,7 +144,13 @@ pub fn compact(goal: &GoalProjection, history: &[EvaluationRecord], budget: usiz
         let mut f = String::from("## Failures by kind\n");
         for (class, (n, rec)) in &failures {
             let msg = rec.result.message.as_deref().unwrap_or("");
-            let _ = writeln!(f, "- {class} ×{n}; e.g. iteration {} {}: {}", rec.iteration, rec.config, clip(msg, MESSAGE_CHARS));
+            let _ = writeln!(
+                f,
+                "- {class} ×{n}; e.g. iteration {} {}: {}",
+                rec.iteration,
+                rec.config,
+                clip(msg, MESSAGE_CHARS)
+            );
         }
         sections.push(f);
     }
@@ -136,13 +161,18 @@ pub fn compact(goal: &GoalProjection, history: &[EvaluationRecord], budget: usiz
         for rec in &scored {
             if let Some(obj) = rec.config.as_object() {
                 for (k, v) in obj {
-                    let e = per_value.entry((k.clone(), v.to_string())).or_insert((0, 0.0));
+                    let e = per_value
+                        .entry((k.clone(), v.to_string()))
+                        .or_insert((0, 0.0));
                     e.0 += 1;
                     e.1 = e.1.max(rec.result.speedup.unwrap_or(0.0));
                 }
             }
         }
-        let mut t = format!("## Tried ({} correct configurations); best speedup seen per parameter value\n", scored.len());
+        let mut t = format!(
+            "## Tried ({} correct configurations); best speedup seen per parameter value\n",
+            scored.len()
+        );
         let mut last_param = String::new();
         for ((param, value), (n, best)) in &per_value {
             if *param != last_param {
@@ -167,7 +197,7 @@ pub fn compact(goal: &GoalProjection, history: &[EvaluationRecord], budget: usiz
     // Fit the budget: whole sections while they fit, then a cut one, then stop.
     let mut out = String::new();
     for s in sections {
-        if out.len() + s.len() + 1 <= budget {
+        if out.len() + s.len() < budget {
             out.push_str(&s);
             out.push('\n');
         } else {

@@ -149,7 +149,13 @@ impl Engine {
         for proj in goals {
             map.insert(
                 proj.id.clone(),
-                GoalRt { proj, leases: Vec::new(), active: BTreeSet::new(), served: 0, exhausted: false },
+                GoalRt {
+                    proj,
+                    leases: Vec::new(),
+                    active: BTreeSet::new(),
+                    served: 0,
+                    exhausted: false,
+                },
             );
         }
         let (events, _) = broadcast::channel(4096);
@@ -199,7 +205,11 @@ impl Engine {
     }
 
     /// Appends durably, then updates the cached projections and tells followers.
-    async fn append(&self, _guard: &CommitGuard<'_>, items: Vec<NewEvent>) -> anyhow::Result<Vec<Event>> {
+    async fn append(
+        &self,
+        _guard: &CommitGuard<'_>,
+        items: Vec<NewEvent>,
+    ) -> anyhow::Result<Vec<Event>> {
         let store = self.store.clone();
         let evs = tokio::task::spawn_blocking(move || store.append(items)).await??;
         self.publish(&evs);
@@ -241,7 +251,7 @@ impl Engine {
                 _ = tokio::time::sleep(TICK) => {
                     ticks = ticks.wrapping_add(1);
                     self.check_wall_budgets().await;
-                    if ticks % HEALTH_EVERY == 0 {
+                    if ticks.is_multiple_of(HEALTH_EVERY) {
                         self.check_health().await;
                     }
                 }
@@ -252,7 +262,13 @@ impl Engine {
         // record an abort; wait for them, bounded.
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            let busy = self.state.lock().unwrap().slots.iter().any(|s| s.lease.is_some());
+            let busy = self
+                .state
+                .lock()
+                .unwrap()
+                .slots
+                .iter()
+                .any(|s| s.lease.is_some());
             if !busy {
                 break;
             }
@@ -260,7 +276,10 @@ impl Engine {
         }
         let workers: Vec<Worker> = {
             let mut st = self.state.lock().unwrap();
-            st.slots.iter_mut().filter_map(|s| s.worker.take()).collect()
+            st.slots
+                .iter_mut()
+                .filter_map(|s| s.worker.take())
+                .collect()
         };
         for w in workers {
             w.shutdown().await;
@@ -278,24 +297,31 @@ impl Engine {
                 s.lease.is_none()
                     && !s.warming
                     && s.health == Health::Healthy
-                    && s.not_before.map_or(true, |t| t <= now)
+                    && s.not_before.is_none_or(|t| t <= now)
             }) else {
                 break;
             };
             let contenders: Vec<Contender> = st
                 .goals
                 .values()
-                .filter(|g| matches!(g.proj.state, GoalState::Queued | GoalState::Running) && !g.exhausted)
+                .filter(|g| {
+                    matches!(g.proj.state, GoalState::Queued | GoalState::Running) && !g.exhausted
+                })
                 .map(|g| Contender {
                     goal: g.proj.id.clone(),
                     priority: g.proj.spec.resources.priority,
                     in_flight: g.leases.len() as u32,
                     max_in_flight: g.proj.spec.resources.gpus,
                     served: g.served,
-                    age_key: (g.proj.created_ms, g.proj.id.trim_start_matches('g').parse().unwrap_or(0)),
+                    age_key: (
+                        g.proj.created_ms,
+                        g.proj.id.trim_start_matches('g').parse().unwrap_or(0),
+                    ),
                 })
                 .collect();
-            let Some(pick) = scheduler::pick(&contenders).map(|c| c.goal.clone()) else { break };
+            let Some(pick) = scheduler::pick(&contenders).map(|c| c.goal.clone()) else {
+                break;
+            };
 
             // A goal that was idle joins the competition at the current minimum.
             let others = st
@@ -311,7 +337,11 @@ impl Engine {
             rt.served += 1;
             let cancel = self.stopping.child_token();
             let why = Arc::new(Mutex::new(None));
-            rt.leases.push(LeaseRt { slot, cancel: cancel.clone(), why: why.clone() });
+            rt.leases.push(LeaseRt {
+                slot,
+                cancel: cancel.clone(),
+                why: why.clone(),
+            });
             let goal_name = rt.proj.spec.name.clone();
             let s = &mut st.slots[slot];
             s.lease = Some(LeaseInfo {
@@ -326,10 +356,14 @@ impl Engine {
             let engine = self.clone();
             tokio::spawn(async move {
                 let mut worker = worker;
-                if let Err(e) = engine.run_lease(&pick, slot, &mut worker, &cancel, &why).await {
+                if let Err(e) = engine
+                    .run_lease(&pick, slot, &mut worker, &cancel, &why)
+                    .await
+                {
                     tracing::error!(goal = %pick, "iteration failed: {e:#}");
                     // A store failure (disk full, ...) must not spin: back off this slot.
-                    engine.state.lock().unwrap().slots[slot].not_before = Some(Instant::now() + Duration::from_secs(5));
+                    engine.state.lock().unwrap().slots[slot].not_before =
+                        Some(Instant::now() + Duration::from_secs(5));
                 }
                 engine.release(&pick, slot, worker);
             });
@@ -361,8 +395,13 @@ impl Engine {
         {
             let mut st = self.state.lock().unwrap();
             let s = &mut st.slots[slot];
-            let due = s.not_before.map_or(true, |t| t <= Instant::now());
-            if s.worker.is_some() || s.warming || s.lease.is_some() || s.health != Health::Healthy || !due {
+            let due = s.not_before.is_none_or(|t| t <= Instant::now());
+            if s.worker.is_some()
+                || s.warming
+                || s.lease.is_some()
+                || s.health != Health::Healthy
+                || !due
+            {
                 return;
             }
             if self.stopping.is_cancelled() {
@@ -394,9 +433,17 @@ impl Engine {
         WorkerSpec {
             python: self.cfg.python.clone(),
             script: self.cfg.worker_script(),
-            gpu_uuid: if info.is_gpu { Some(info.uuid.clone()) } else { None },
+            gpu_uuid: if info.is_gpu {
+                Some(info.uuid.clone())
+            } else {
+                None
+            },
             max_files: self.cfg.worker_max_files,
-            max_address_space: if info.is_gpu { 0 } else { self.cfg.worker_max_address_space_cpu },
+            max_address_space: if info.is_gpu {
+                0
+            } else {
+                self.cfg.worker_max_address_space_cpu
+            },
             start_timeout: self.cfg.worker_start_timeout,
         }
     }
@@ -407,7 +454,12 @@ impl Engine {
 
     /// Makes sure the lease has a live worker. False: none could be started (the
     /// slot backs off) or the lease was cancelled meanwhile.
-    async fn ensure_worker(&self, slot: usize, worker: &mut Option<Worker>, cancel: &CancellationToken) -> bool {
+    async fn ensure_worker(
+        &self,
+        slot: usize,
+        worker: &mut Option<Worker>,
+        cancel: &CancellationToken,
+    ) -> bool {
         if worker.is_some() {
             return true;
         }
@@ -432,7 +484,9 @@ impl Engine {
                 s.start_failures += 1;
                 let backoff = Duration::from_secs((1u64 << s.start_failures.min(6)).min(60));
                 s.not_before = Some(Instant::now() + backoff);
-                s.health_reason = Some(format!("worker failed to start (retry in {backoff:?}): {e}"));
+                s.health_reason = Some(format!(
+                    "worker failed to start (retry in {backoff:?}): {e}"
+                ));
                 tracing::error!(device = %s.info.uuid, "{e}");
                 false
             }
@@ -460,8 +514,12 @@ impl Engine {
         if !self.describe_seeds(goal, slot, worker, cancel).await? {
             return Ok(());
         }
-        let Some(work) = self.take_work(goal, slot).await? else { return Ok(()) };
-        let result = self.evaluate(goal, slot, &work, worker, cancel, why).await?;
+        let Some(work) = self.take_work(goal, slot).await? else {
+            return Ok(());
+        };
+        let result = self
+            .evaluate(goal, slot, &work, worker, cancel, why)
+            .await?;
         let Some(result) = result else { return Ok(()) };
         self.record(goal, slot, &work, result).await
     }
@@ -477,8 +535,14 @@ impl Engine {
     ) -> anyhow::Result<bool> {
         let (spec, known) = {
             let st = self.state.lock().unwrap();
-            let rt = st.goals.get(goal).ok_or_else(|| anyhow!("goal {goal} vanished"))?;
-            (rt.proj.spec.clone(), rt.proj.seeds.keys().cloned().collect::<BTreeSet<_>>())
+            let rt = st
+                .goals
+                .get(goal)
+                .ok_or_else(|| anyhow!("goal {goal} vanished"))?;
+            (
+                rt.proj.spec.clone(),
+                rt.proj.seeds.keys().cloned().collect::<BTreeSet<_>>(),
+            )
         };
         for seed in spec.seeds.iter().filter(|s| !known.contains(&s.name)) {
             let path = self.source_file(&seed.source)?;
@@ -492,12 +556,25 @@ impl Engine {
                 Ok(v) if v.get("ok").and_then(Value::as_bool) == Some(true) => {
                     let rejected = match v.get("class").and_then(Value::as_str) {
                         Some("ok") | None => None,
-                        Some(_) => Some(v.get("message").and_then(Value::as_str).unwrap_or("rejected").to_string()),
+                        Some(_) => Some(
+                            v.get("message")
+                                .and_then(Value::as_str)
+                                .unwrap_or("rejected")
+                                .to_string(),
+                        ),
                     };
-                    (v.get("space").cloned().unwrap_or(json!({})), v.get("default").cloned().unwrap_or(json!({})), rejected)
+                    (
+                        v.get("space").cloned().unwrap_or(json!({})),
+                        v.get("default").cloned().unwrap_or(json!({})),
+                        rejected,
+                    )
                 }
                 Ok(v) => {
-                    let msg = v.get("error").and_then(Value::as_str).unwrap_or("describe failed").to_string();
+                    let msg = v
+                        .get("error")
+                        .and_then(Value::as_str)
+                        .unwrap_or("describe failed")
+                        .to_string();
                     (json!({}), json!({}), Some(msg))
                 }
                 Err(e) => {
@@ -509,7 +586,12 @@ impl Engine {
             };
             self.commit(vec![NewEvent::goal(
                 goal,
-                EventKind::SeedDescribed { seed: seed.name.clone(), space, default, rejected },
+                EventKind::SeedDescribed {
+                    seed: seed.name.clone(),
+                    space,
+                    default,
+                    rejected,
+                },
             )])
             .await?;
             if worker.is_none() && !self.ensure_worker(slot, worker, cancel).await {
@@ -519,17 +601,29 @@ impl Engine {
         // Every seed rejected: the goal cannot make progress.
         let rejections: Option<Vec<String>> = {
             let st = self.state.lock().unwrap();
-            let rt = st.goals.get(goal).ok_or_else(|| anyhow!("goal {goal} vanished"))?;
+            let rt = st
+                .goals
+                .get(goal)
+                .ok_or_else(|| anyhow!("goal {goal} vanished"))?;
             let all_rejected = rt.proj.seeds.len() == rt.proj.spec.seeds.len()
                 && rt.proj.seeds.values().all(|s| s.rejected.is_some());
             all_rejected.then(|| {
-                rt.proj.seeds.iter().map(|(n, s)| format!("{n}: {}", s.rejected.clone().unwrap_or_default())).collect()
+                rt.proj
+                    .seeds
+                    .iter()
+                    .map(|(n, s)| format!("{n}: {}", s.rejected.clone().unwrap_or_default()))
+                    .collect()
             })
         };
         if let Some(r) = rejections {
             let guard = self.commit_lock.lock().await;
-            self.finish_goal(&guard, goal, GoalState::Failed, format!("every seed was rejected: {}", r.join("; ")))
-                .await?;
+            self.finish_goal(
+                &guard,
+                goal,
+                GoalState::Failed,
+                format!("every seed was rejected: {}", r.join("; ")),
+            )
+            .await?;
             return Ok(false);
         }
         Ok(true)
@@ -557,10 +651,19 @@ impl Engine {
         loop {
             let (proj, active, others_busy) = {
                 let st = self.state.lock().unwrap();
-                let rt = st.goals.get(goal).ok_or_else(|| anyhow!("goal {goal} vanished"))?;
-                (rt.proj.clone(), rt.active.clone(), rt.leases.len() > 1 || !rt.active.is_empty())
+                let rt = st
+                    .goals
+                    .get(goal)
+                    .ok_or_else(|| anyhow!("goal {goal} vanished"))?;
+                (
+                    rt.proj.clone(),
+                    rt.active.clone(),
+                    rt.leases.len() > 1 || !rt.active.is_empty(),
+                )
             };
-            if !matches!(proj.state, GoalState::Queued | GoalState::Running) || self.stopping.is_cancelled() {
+            if !matches!(proj.state, GoalState::Queued | GoalState::Running)
+                || self.stopping.is_cancelled()
+            {
                 return Ok(None);
             }
             if proj.state == GoalState::Queued {
@@ -568,14 +671,23 @@ impl Engine {
                     &guard,
                     vec![NewEvent::goal(
                         goal,
-                        EventKind::GoalStateChanged { from: GoalState::Queued, to: GoalState::Running, reason: None },
+                        EventKind::GoalStateChanged {
+                            from: GoalState::Queued,
+                            to: GoalState::Running,
+                            reason: None,
+                        },
                     )],
                 )
                 .await?;
             }
 
             // 1. Re-run what was started and never finished.
-            if let Some(p) = proj.pending.values().find(|p| !active.contains(&p.iteration)).cloned() {
+            if let Some(p) = proj
+                .pending
+                .values()
+                .find(|p| !active.contains(&p.iteration))
+                .cloned()
+            {
                 if p.attempts >= self.cfg.max_attempts {
                     let msg = format!(
                         "started {} times without a result (the daemon or its worker died each time); quarantined",
@@ -600,7 +712,11 @@ impl Engine {
             }
 
             // 2. Something new, within the iteration budget.
-            let budget_left = proj.spec.budget.iterations.map_or(true, |b| proj.iteration < b);
+            let budget_left = proj
+                .spec
+                .budget
+                .iterations
+                .is_none_or(|b| proj.iteration < b);
             let proposal = if budget_left {
                 let store = self.store.clone();
                 let id = goal.to_string();
@@ -612,11 +728,18 @@ impl Engine {
             let Some(proposal) = proposal else {
                 if others_busy {
                     // Results still to come may change the picture (new neighbours, a stop rule).
-                    self.state.lock().unwrap().goals.get_mut(goal).map(|rt| rt.exhausted = true);
+                    if let Some(rt) = self.state.lock().unwrap().goals.get_mut(goal) {
+                        rt.exhausted = true;
+                    }
                     return Ok(None);
                 }
-                let reason = if budget_left { "space_exhausted" } else { "budget_iterations" };
-                self.finish_goal(&guard, goal, GoalState::Completed, reason.into()).await?;
+                let reason = if budget_left {
+                    "space_exhausted"
+                } else {
+                    "budget_iterations"
+                };
+                self.finish_goal(&guard, goal, GoalState::Completed, reason.into())
+                    .await?;
                 return Ok(None);
             };
             let source = match &proposal.source {
@@ -647,9 +770,17 @@ impl Engine {
                 )],
             )
             .await?;
-            let pending = self.state.lock().unwrap().goals[goal].proj.pending.get(&iteration).cloned();
-            let pending = pending.ok_or_else(|| anyhow!("proposal {iteration} missing from the projection"))?;
-            return self.start_evaluation(&guard, goal, slot, pending).await.map(Some);
+            let pending = self.state.lock().unwrap().goals[goal]
+                .proj
+                .pending
+                .get(&iteration)
+                .cloned();
+            let pending = pending
+                .ok_or_else(|| anyhow!("proposal {iteration} missing from the projection"))?;
+            return self
+                .start_evaluation(&guard, goal, slot, pending)
+                .await
+                .map(Some);
         }
     }
 
@@ -687,10 +818,16 @@ impl Engine {
 
     fn candidate_source(&self, goal: &str, p: &Pending) -> anyhow::Result<String> {
         if let Some(h) = &p.source_hash {
-            return self.store.source(h)?.ok_or_else(|| anyhow!("source {h} missing from the store"));
+            return self
+                .store
+                .source(h)?
+                .ok_or_else(|| anyhow!("source {h} missing from the store"));
         }
         let st = self.state.lock().unwrap();
-        let rt = st.goals.get(goal).ok_or_else(|| anyhow!("goal {goal} vanished"))?;
+        let rt = st
+            .goals
+            .get(goal)
+            .ok_or_else(|| anyhow!("goal {goal} vanished"))?;
         rt.proj
             .spec
             .seeds
@@ -716,7 +853,10 @@ impl Engine {
         // Fresh correctness seeds for every evaluation (and every attempt), reproducible from the log.
         let base = u64::from_str_radix(&p.candidate[..8.min(p.candidate.len())], 16).unwrap_or(0);
         let seeds: Vec<u64> = (0..SEEDS_PER_EVALUATION as u64)
-            .map(|i| (base ^ (p.iteration << 20) ^ ((p.attempts as u64) << 40)).wrapping_add(i * 7919) % 1_000_000_007)
+            .map(|i| {
+                (base ^ (p.iteration << 20) ^ ((p.attempts as u64) << 40)).wrapping_add(i * 7919)
+                    % 1_000_000_007
+            })
             .collect();
         let req = json!({
             "op": "evaluate",
@@ -731,7 +871,8 @@ impl Engine {
         });
         let device = self.slot_uuid(slot);
         if worker.is_none() && !self.ensure_worker(slot, worker, cancel).await {
-            self.abort(goal, p, &device, "no worker could be started").await?;
+            self.abort(goal, p, &device, "no worker could be started")
+                .await?;
             return Ok(None);
         }
         let started = Instant::now();
@@ -749,32 +890,54 @@ impl Engine {
         let elapsed = started.elapsed().as_secs_f64();
         let result = match reply {
             Ok(v) if v.get("ok").and_then(Value::as_bool) == Some(true) => {
-                match v.get("result").cloned().map(serde_json::from_value::<EvalResult>) {
+                match v
+                    .get("result")
+                    .cloned()
+                    .map(serde_json::from_value::<EvalResult>)
+                {
                     Some(Ok(mut r)) => {
                         if r.elapsed_s <= 0.0 {
                             r.elapsed_s = elapsed;
                         }
                         r
                     }
-                    Some(Err(e)) => EvalResult::failure(ResultClass::Error, format!("unreadable result from the worker: {e}"), elapsed),
-                    None => EvalResult::failure(ResultClass::Error, "the worker's reply had no result", elapsed),
+                    Some(Err(e)) => EvalResult::failure(
+                        ResultClass::Error,
+                        format!("unreadable result from the worker: {e}"),
+                        elapsed,
+                    ),
+                    None => EvalResult::failure(
+                        ResultClass::Error,
+                        "the worker's reply had no result",
+                        elapsed,
+                    ),
                 }
             }
             Ok(v) => {
-                let msg = v.get("error").and_then(Value::as_str).unwrap_or("the worker refused the request");
+                let msg = v
+                    .get("error")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the worker refused the request");
                 EvalResult::failure(ResultClass::Error, msg, elapsed)
             }
             Err(WorkerError::Timeout(t)) => {
                 Self::discard(worker).await;
                 EvalResult::failure(
                     ResultClass::TimedOut,
-                    format!("no result within {}s; the worker's process group was killed", t.as_secs()),
+                    format!(
+                        "no result within {}s; the worker's process group was killed",
+                        t.as_secs()
+                    ),
                     elapsed,
                 )
             }
             Err(WorkerError::Died { status, stderr }) => {
                 Self::discard(worker).await;
-                EvalResult::failure(ResultClass::Crashed, format!("the worker died ({status}); its last output:\n{stderr}"), elapsed)
+                EvalResult::failure(
+                    ResultClass::Crashed,
+                    format!("the worker died ({status}); its last output:\n{stderr}"),
+                    elapsed,
+                )
             }
             Err(e) => {
                 Self::discard(worker).await;
@@ -784,7 +947,13 @@ impl Engine {
         Ok(Some(result))
     }
 
-    async fn abort(&self, goal: &str, p: &Pending, device: &str, reason: &str) -> anyhow::Result<()> {
+    async fn abort(
+        &self,
+        goal: &str,
+        p: &Pending,
+        device: &str,
+        reason: &str,
+    ) -> anyhow::Result<()> {
         self.commit(vec![NewEvent::goal(
             goal,
             EventKind::EvaluationAborted {
@@ -804,39 +973,64 @@ impl Engine {
 
     /// Records a result (and a new best, when it beats the old one beyond the noise),
     /// then applies the stop rules.
-    async fn record(&self, goal: &str, slot: usize, p: &Pending, result: EvalResult) -> anyhow::Result<()> {
+    async fn record(
+        &self,
+        goal: &str,
+        slot: usize,
+        p: &Pending,
+        result: EvalResult,
+    ) -> anyhow::Result<()> {
         let guard = self.commit_lock.lock().await;
         let device = self.slot_uuid(slot);
         let prev = self.state.lock().unwrap().goals[goal].proj.best.clone();
         let mut items = Vec::new();
-        let new_best = result.is_scored().then(|| result.speedup.unwrap()).and_then(|s| {
-            let spread = result.spread_pct.unwrap_or(0.0).max(0.0);
-            let better = match &prev {
-                None => true,
-                Some(b) => s > b.speedup * (1.0 + spread.max(b.spread_pct) / 100.0),
-            };
-            better.then(|| BestSummary {
-                candidate: p.candidate.clone(),
-                seed: p.seed.clone(),
-                config: p.config.clone(),
-                speedup: s,
-                spread_pct: spread,
-                iteration: p.iteration,
-                interpreted: result.interpreted,
-            })
-        });
+        let new_best = result
+            .is_scored()
+            .then(|| result.speedup.unwrap())
+            .and_then(|s| {
+                let spread = result.spread_pct.unwrap_or(0.0).max(0.0);
+                let better = match &prev {
+                    None => true,
+                    Some(b) => s > b.speedup * (1.0 + spread.max(b.spread_pct) / 100.0),
+                };
+                better.then(|| BestSummary {
+                    candidate: p.candidate.clone(),
+                    seed: p.seed.clone(),
+                    config: p.config.clone(),
+                    speedup: s,
+                    spread_pct: spread,
+                    iteration: p.iteration,
+                    interpreted: result.interpreted,
+                })
+            });
         // A throttled measurement drains the device for a cool-down.
         let throttled = result
             .device
             .get("throttle_reasons")
             .and_then(Value::as_array)
-            .map_or(false, |a| a.iter().any(|r| r.as_str().map_or(false, |s| s.contains("thermal") || s.contains("power"))));
+            .is_some_and(|a| {
+                a.iter().any(|r| {
+                    r.as_str()
+                        .is_some_and(|s| s.contains("thermal") || s.contains("power"))
+                })
+            });
         items.push(NewEvent::goal(
             goal,
-            EventKind::EvaluationFinished { iteration: p.iteration, candidate: p.candidate.clone(), device: device.clone(), result },
+            EventKind::EvaluationFinished {
+                iteration: p.iteration,
+                candidate: p.candidate.clone(),
+                device: device.clone(),
+                result,
+            },
         ));
         if let Some(best) = new_best {
-            items.push(NewEvent::goal(goal, EventKind::NewBest { best, previous: prev.map(|b| b.speedup) }));
+            items.push(NewEvent::goal(
+                goal,
+                EventKind::NewBest {
+                    best,
+                    previous: prev.map(|b| b.speedup),
+                },
+            ));
         }
         if throttled {
             items.push(NewEvent::daemon(EventKind::DeviceHealth {
@@ -856,7 +1050,8 @@ impl Engine {
             s.evaluations += 1;
             if throttled {
                 s.health = Health::Drained;
-                s.health_reason = Some("thermal or power throttling during a measurement; cooling down".into());
+                s.health_reason =
+                    Some("thermal or power throttling during a measurement; cooling down".into());
                 s.not_before = Some(Instant::now() + THROTTLE_COOLDOWN);
             }
         }
@@ -880,7 +1075,10 @@ impl Engine {
             }
         }
         if let Some(p) = g.spec.stop.plateau {
-            if g.evaluations > 0 && g.iteration.saturating_sub(g.last_improvement) >= p && g.pending.is_empty() {
+            if g.evaluations > 0
+                && g.iteration.saturating_sub(g.last_improvement) >= p
+                && g.pending.is_empty()
+            {
                 return Some((GoalState::Completed, "plateau".into()));
             }
         }
@@ -898,14 +1096,30 @@ impl Engine {
     }
 
     /// Moves a goal to a terminal (or paused) state and stops its other leases.
-    async fn finish_goal(&self, guard: &CommitGuard<'_>, goal: &str, to: GoalState, reason: String) -> anyhow::Result<()> {
+    async fn finish_goal(
+        &self,
+        guard: &CommitGuard<'_>,
+        goal: &str,
+        to: GoalState,
+        reason: String,
+    ) -> anyhow::Result<()> {
         let from = match self.state.lock().unwrap().goals.get(goal) {
             Some(rt) if !rt.proj.state.is_terminal() => rt.proj.state,
             _ => return Ok(()),
         };
         let why = format!("goal {to}: {reason}");
-        self.append(guard, vec![NewEvent::goal(goal, EventKind::GoalStateChanged { from, to, reason: Some(reason) })])
-            .await?;
+        self.append(
+            guard,
+            vec![NewEvent::goal(
+                goal,
+                EventKind::GoalStateChanged {
+                    from,
+                    to,
+                    reason: Some(reason),
+                },
+            )],
+        )
+        .await?;
         self.cancel_leases(goal, &why);
         Ok(())
     }
@@ -929,13 +1143,22 @@ impl Engine {
             st.goals
                 .values()
                 .filter(|g| g.proj.state == GoalState::Running)
-                .filter(|g| g.proj.spec.budget.wall_s.map_or(false, |w| g.proj.wall_ms_at(now) >= w * 1000))
+                .filter(|g| {
+                    g.proj
+                        .spec
+                        .budget
+                        .wall_s
+                        .is_some_and(|w| g.proj.wall_ms_at(now) >= w * 1000)
+                })
                 .map(|g| g.proj.id.clone())
                 .collect()
         };
         for goal in over {
             let guard = self.commit_lock.lock().await;
-            if let Err(e) = self.finish_goal(&guard, &goal, GoalState::Completed, "budget_wall".into()).await {
+            if let Err(e) = self
+                .finish_goal(&guard, &goal, GoalState::Completed, "budget_wall".into())
+                .await
+            {
                 tracing::error!(%goal, "recording the wall budget's end: {e:#}");
             }
         }
@@ -949,7 +1172,14 @@ impl Engine {
                 st.slots
                     .iter()
                     .enumerate()
-                    .map(|(i, s)| (i, s.info.uuid.clone(), s.health.clone(), s.not_before.map_or(true, |t| t <= now)))
+                    .map(|(i, s)| {
+                        (
+                            i,
+                            s.info.uuid.clone(),
+                            s.health.clone(),
+                            s.not_before.is_none_or(|t| t <= now),
+                        )
+                    })
                     .collect(),
                 st.slots.iter().filter_map(|s| s.worker_pid).collect(),
             )
@@ -968,7 +1198,11 @@ impl Engine {
         .unwrap_or_default();
         for (i, uuid, was, cooled, reading) in readings {
             let reason = reading.drain_reason();
-            let now_health = if reason.is_some() || !cooled { Health::Drained } else { Health::Healthy };
+            let now_health = if reason.is_some() || !cooled {
+                Health::Drained
+            } else {
+                Health::Healthy
+            };
             if now_health == was {
                 continue;
             }
@@ -983,7 +1217,11 @@ impl Engine {
                 }
             }
             if let Err(e) = self
-                .commit(vec![NewEvent::daemon(EventKind::DeviceHealth { device: uuid, health: now_health, reason })])
+                .commit(vec![NewEvent::daemon(EventKind::DeviceHealth {
+                    device: uuid,
+                    health: now_health,
+                    reason,
+                })])
                 .await
             {
                 tracing::error!("recording device health: {e:#}");
@@ -1000,47 +1238,79 @@ impl Engine {
             return Ok(goal_ref.to_string());
         }
         // By name: the newest active goal of that name, else the newest of that name.
-        let mut named: Vec<&GoalRt> = st.goals.values().filter(|g| g.proj.spec.name == goal_ref).collect();
-        named.sort_by_key(|g| (!g.proj.state.is_terminal(), g.proj.created_ms, g.proj.id.len(), g.proj.id.clone()));
-        named
-            .last()
-            .map(|g| g.proj.id.clone())
-            .ok_or_else(|| rpc_err(code::GOAL_NOT_FOUND, format!("no goal `{goal_ref}` (by id or name); `kernelctl status` lists them")))
+        let mut named: Vec<&GoalRt> = st
+            .goals
+            .values()
+            .filter(|g| g.proj.spec.name == goal_ref)
+            .collect();
+        named.sort_by_key(|g| {
+            (
+                !g.proj.state.is_terminal(),
+                g.proj.created_ms,
+                g.proj.id.len(),
+                g.proj.id.clone(),
+            )
+        });
+        named.last().map(|g| g.proj.id.clone()).ok_or_else(|| {
+            rpc_err(
+                code::GOAL_NOT_FOUND,
+                format!("no goal `{goal_ref}` (by id or name); `kernelctl status` lists them"),
+            )
+        })
     }
 
     fn may_modify(&self, uid: u32, owner: u32) -> bool {
         if uid == 0 || uid == owner || uid == nix::unistd::geteuid().as_raw() {
             return true;
         }
-        let Some(group) = &self.cfg.admin_group else { return false };
-        let Ok(Some(g)) = nix::unistd::Group::from_name(group) else { return false };
+        let Some(group) = &self.cfg.admin_group else {
+            return false;
+        };
+        let Ok(Some(g)) = nix::unistd::Group::from_name(group) else {
+            return false;
+        };
         match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
-            Ok(Some(u)) => u.gid == g.gid || g.mem.iter().any(|m| *m == u.name),
+            Ok(Some(u)) => u.gid == g.gid || g.mem.contains(&u.name),
             _ => false,
         }
     }
 
     fn summary(&self, goal: &str) -> RpcResult<GoalSummary> {
         let st = self.state.lock().unwrap();
-        let rt = st.goals.get(goal).ok_or_else(|| rpc_err(code::GOAL_NOT_FOUND, format!("no goal {goal}")))?;
+        let rt = st
+            .goals
+            .get(goal)
+            .ok_or_else(|| rpc_err(code::GOAL_NOT_FOUND, format!("no goal {goal}")))?;
         Ok(rt.proj.summary(now_ms(), rt.leases.len() as u32))
     }
 
     pub async fn enqueue(&self, params: EnqueueParams, uid: u32) -> RpcResult<EnqueueResult> {
         if self.stopping.is_cancelled() {
-            return Err(rpc_err(code::SHUTTING_DOWN, "kerneld is stopping; enqueue again once it is back"));
+            return Err(rpc_err(
+                code::SHUTTING_DOWN,
+                "kerneld is stopping; enqueue again once it is back",
+            ));
         }
         let kernels = self.cfg.kernels_dir.clone();
         let (path, source) = (params.path.clone(), params.source.clone());
-        let spec = tokio::task::spawn_blocking(move || crate::goal::parse(&path, &source, &kernels))
-            .await
-            .map_err(internal)?
-            .map_err(|e| rpc_err(code::INVALID_GOAL, e.to_string()))?;
+        let spec =
+            tokio::task::spawn_blocking(move || crate::goal::parse(&path, &source, &kernels))
+                .await
+                .map_err(internal)?
+                .map_err(|e| rpc_err(code::INVALID_GOAL, e.to_string()))?;
         let guard = self.commit_lock.lock().await;
         if params.unique {
             let st = self.state.lock().unwrap();
-            if let Some(g) = st.goals.values().find(|g| g.proj.spec.name == spec.name && !g.proj.state.is_terminal()) {
-                return Ok(EnqueueResult { id: g.proj.id.clone(), name: spec.name, created: false });
+            if let Some(g) = st
+                .goals
+                .values()
+                .find(|g| g.proj.spec.name == spec.name && !g.proj.state.is_terminal())
+            {
+                return Ok(EnqueueResult {
+                    id: g.proj.id.clone(),
+                    name: spec.name,
+                    created: false,
+                });
             }
         }
         let name = spec.name.clone();
@@ -1051,15 +1321,32 @@ impl Engine {
             .map_err(internal)?;
         {
             let mut st = self.state.lock().unwrap();
-            let proj = self.store.goal(&id).map_err(internal)?.ok_or_else(|| internal("enqueued goal missing"))?;
-            st.goals.insert(id.clone(), GoalRt { proj, leases: Vec::new(), active: BTreeSet::new(), served: 0, exhausted: false });
+            let proj = self
+                .store
+                .goal(&id)
+                .map_err(internal)?
+                .ok_or_else(|| internal("enqueued goal missing"))?;
+            st.goals.insert(
+                id.clone(),
+                GoalRt {
+                    proj,
+                    leases: Vec::new(),
+                    active: BTreeSet::new(),
+                    served: 0,
+                    exhausted: false,
+                },
+            );
         }
         drop(guard);
         for ev in evs {
             let _ = self.events.send(ev);
         }
         self.wake.notify_one();
-        Ok(EnqueueResult { id, name, created: true })
+        Ok(EnqueueResult {
+            id,
+            name,
+            created: true,
+        })
     }
 
     pub fn status(&self, goal: Option<&str>) -> RpcResult<Vec<GoalSummary>> {
@@ -1071,9 +1358,17 @@ impl Engine {
             None => {
                 let st = self.state.lock().unwrap();
                 let now = now_ms();
-                let mut all: Vec<GoalSummary> =
-                    st.goals.values().map(|g| g.proj.summary(now, g.leases.len() as u32)).collect();
-                all.sort_by_key(|g| (g.created_ms, g.id.trim_start_matches('g').parse::<u64>().unwrap_or(0)));
+                let mut all: Vec<GoalSummary> = st
+                    .goals
+                    .values()
+                    .map(|g| g.proj.summary(now, g.leases.len() as u32))
+                    .collect();
+                all.sort_by_key(|g| {
+                    (
+                        g.created_ms,
+                        g.id.trim_start_matches('g').parse::<u64>().unwrap_or(0),
+                    )
+                });
                 Ok(all)
             }
         }
@@ -1085,27 +1380,58 @@ impl Engine {
         let spec = self.state.lock().unwrap().goals[&id].proj.spec.clone();
         let store = self.store.clone();
         let gid = id.clone();
-        let mut recent = tokio::task::spawn_blocking(move || store.evaluations(&gid)).await.map_err(internal)?.map_err(internal)?;
+        let mut recent = tokio::task::spawn_blocking(move || store.evaluations(&gid))
+            .await
+            .map_err(internal)?
+            .map_err(internal)?;
         let cut = recent.len().saturating_sub(RECENT);
         recent.drain(..cut);
-        Ok(GoalDetail { summary, spec, recent })
+        Ok(GoalDetail {
+            summary,
+            spec,
+            recent,
+        })
     }
 
     pub async fn pause(&self, goal: &str, uid: u32) -> RpcResult<GoalSummary> {
-        self.transition(goal, uid, |s| matches!(s, GoalState::Queued | GoalState::Running), GoalState::Paused, "pause")
-            .await
+        self.transition(
+            goal,
+            uid,
+            |s| matches!(s, GoalState::Queued | GoalState::Running),
+            GoalState::Paused,
+            "pause",
+        )
+        .await
     }
 
     pub async fn resume(&self, goal: &str, uid: u32) -> RpcResult<GoalSummary> {
         let id = self.resolve(goal)?;
         // A goal that never ran goes back to the queue; one that ran continues running.
-        let ran = self.state.lock().unwrap().goals.get(&id).map_or(false, |g| g.proj.wall_ms > 0 || g.proj.iteration > 0);
-        let to = if ran { GoalState::Running } else { GoalState::Queued };
-        self.transition(&id, uid, |s| s == GoalState::Paused, to, "resume").await
+        let ran = self
+            .state
+            .lock()
+            .unwrap()
+            .goals
+            .get(&id)
+            .is_some_and(|g| g.proj.wall_ms > 0 || g.proj.iteration > 0);
+        let to = if ran {
+            GoalState::Running
+        } else {
+            GoalState::Queued
+        };
+        self.transition(&id, uid, |s| s == GoalState::Paused, to, "resume")
+            .await
     }
 
     pub async fn cancel(&self, goal: &str, uid: u32) -> RpcResult<GoalSummary> {
-        self.transition(goal, uid, |s| !s.is_terminal(), GoalState::Cancelled, "cancel").await
+        self.transition(
+            goal,
+            uid,
+            |s| !s.is_terminal(),
+            GoalState::Cancelled,
+            "cancel",
+        )
+        .await
     }
 
     async fn transition(
@@ -1130,12 +1456,21 @@ impl Engine {
             ));
         }
         if !allowed(from) {
-            return Err(rpc_err(code::INVALID_STATE, format!("cannot {verb} goal {id}: it is {from}")));
+            return Err(rpc_err(
+                code::INVALID_STATE,
+                format!("cannot {verb} goal {id}: it is {from}"),
+            ));
         }
         let reason = (to == GoalState::Cancelled).then(|| format!("cancelled by uid {uid}"));
-        self.append(&guard, vec![NewEvent::goal(&id, EventKind::GoalStateChanged { from, to, reason })])
-            .await
-            .map_err(internal)?;
+        self.append(
+            &guard,
+            vec![NewEvent::goal(
+                &id,
+                EventKind::GoalStateChanged { from, to, reason },
+            )],
+        )
+        .await
+        .map_err(internal)?;
         drop(guard);
         if matches!(to, GoalState::Paused | GoalState::Cancelled) {
             // Abort what is in flight: the GPU goes to the next goal at once.
@@ -1148,7 +1483,12 @@ impl Engine {
     pub async fn best(&self, goal: &str) -> RpcResult<BestResult> {
         let id = self.resolve(goal)?;
         let best = self.state.lock().unwrap().goals[&id].proj.best.clone();
-        let best = best.ok_or_else(|| rpc_err(code::NO_BEST, format!("goal {id} has no correct candidate yet")))?;
+        let best = best.ok_or_else(|| {
+            rpc_err(
+                code::NO_BEST,
+                format!("goal {id} has no correct candidate yet"),
+            )
+        })?;
         let store = self.store.clone();
         let (gid, it) = (id.clone(), best.iteration);
         let rec = tokio::task::spawn_blocking(move || store.evaluation(&gid, it))
@@ -1165,7 +1505,12 @@ impl Engine {
             attempts: 0,
         };
         let source = self.candidate_source(&id, &pending).map_err(internal)?;
-        Ok(BestResult { goal: id, summary: best, source: with_config_header(&source, &rec.config), result: rec.result })
+        Ok(BestResult {
+            goal: id,
+            summary: best,
+            source: with_config_header(&source, &rec.config),
+            result: rec.result,
+        })
     }
 
     pub async fn events(&self, p: &EventsParams) -> RpcResult<Vec<Event>> {
@@ -1194,7 +1539,10 @@ impl Engine {
         let proj = self.state.lock().unwrap().goals[&id].proj.clone();
         let store = self.store.clone();
         let gid = id.clone();
-        let history = tokio::task::spawn_blocking(move || store.evaluations(&gid)).await.map_err(internal)?.map_err(internal)?;
+        let history = tokio::task::spawn_blocking(move || store.evaluations(&gid))
+            .await
+            .map_err(internal)?
+            .map_err(internal)?;
         let text = context::compact(&proj, &history, context::budget(&proj.spec));
         Ok(ContextResult { goal: id, text })
     }
@@ -1214,10 +1562,15 @@ impl Engine {
                 health_reason: s.health_reason.clone(),
                 lease: s.lease.clone(),
                 evaluations: s.evaluations,
-                busy_s: (s.busy + s.leased_at.map_or(Duration::ZERO, |t| t.elapsed())).as_secs_f64(),
+                busy_s: (s.busy + s.leased_at.map_or(Duration::ZERO, |t| t.elapsed()))
+                    .as_secs_f64(),
             })
             .collect();
-        GpusResult { mode: self.devices.mode().into(), note: self.devices.note(), devices }
+        GpusResult {
+            mode: self.devices.mode().into(),
+            note: self.devices.note(),
+            devices,
+        }
     }
 
     pub fn version(&self) -> RpcResult<VersionResult> {
@@ -1233,15 +1586,24 @@ impl Engine {
 
     /// Records the graceful stop (after the loop has recorded every abort).
     pub async fn record_stop(&self, reason: &str) -> anyhow::Result<()> {
-        self.commit(vec![NewEvent::daemon(EventKind::DaemonStopped { reason: reason.into() })]).await?;
-        tracing::info!(uptime_s = self.started.elapsed().as_secs(), "stopped: {reason}");
+        self.commit(vec![NewEvent::daemon(EventKind::DaemonStopped {
+            reason: reason.into(),
+        })])
+        .await?;
+        tracing::info!(
+            uptime_s = self.started.elapsed().as_secs(),
+            "stopped: {reason}"
+        );
         Ok(())
     }
 
     /// Counts for tests and the log: slots, and which goals hold leases.
     pub fn lease_counts(&self) -> HashMap<String, usize> {
         let st = self.state.lock().unwrap();
-        st.goals.iter().map(|(k, g)| (k.clone(), g.leases.len())).collect()
+        st.goals
+            .iter()
+            .map(|(k, g)| (k.clone(), g.leases.len()))
+            .collect()
     }
 }
 
@@ -1249,20 +1611,39 @@ impl Engine {
 /// `BEST` the source had), so the file a user takes is self-describing.
 fn with_config_header(source: &str, config: &Value) -> String {
     let sep = if source.ends_with('\n') { "" } else { "\n" };
-    format!("{source}{sep}\n# The configuration kerneld measured best for this source.\nBEST = {}\n", py_literal(config))
+    format!(
+        "{source}{sep}\n# The configuration kerneld measured best for this source.\nBEST = {}\n",
+        py_literal(config)
+    )
 }
 
 /// A JSON object as a Python literal (true/false/null spelled the Python way).
 fn py_literal(v: &Value) -> String {
     match v {
         Value::Null => "None".into(),
-        Value::Bool(b) => if *b { "True".into() } else { "False".into() },
+        Value::Bool(b) => {
+            if *b {
+                "True".into()
+            } else {
+                "False".into()
+            }
+        }
         Value::Number(n) => n.to_string(),
         Value::String(s) => serde_json::to_string(s).unwrap_or_default(),
-        Value::Array(a) => format!("[{}]", a.iter().map(py_literal).collect::<Vec<_>>().join(", ")),
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(py_literal).collect::<Vec<_>>().join(", ")
+        ),
         Value::Object(m) => format!(
             "{{{}}}",
-            m.iter().map(|(k, v)| format!("{}: {}", serde_json::to_string(k).unwrap_or_default(), py_literal(v))).collect::<Vec<_>>().join(", ")
+            m.iter()
+                .map(|(k, v)| format!(
+                    "{}: {}",
+                    serde_json::to_string(k).unwrap_or_default(),
+                    py_literal(v)
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     }
 }

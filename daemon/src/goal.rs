@@ -92,7 +92,11 @@ pub struct GoalError {
 
 impl std::fmt::Display for GoalError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}:{}: {}", self.file, self.line, self.column, self.message)
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.file, self.line, self.column, self.message
+        )
     }
 }
 
@@ -115,7 +119,12 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     fn err(&self, span: Range<usize>, message: impl Into<String>) -> GoalError {
         let (line, column) = line_col(self.text, span.start);
-        GoalError { file: self.file.to_string(), line, column, message: message.into() }
+        GoalError {
+            file: self.file.to_string(),
+            line,
+            column,
+            message: message.into(),
+        }
     }
 }
 
@@ -140,7 +149,9 @@ pub fn parse_duration(text: &str) -> Result<u64, String> {
             's' => 1,
             _ => return Err(format!("unknown unit `{ch}`")),
         };
-        let n: u64 = digits.parse().map_err(|_| "a number must come before each unit".to_string())?;
+        let n: u64 = digits
+            .parse()
+            .map_err(|_| "a number must come before each unit".to_string())?;
         total = total.saturating_add(n.saturating_mul(unit));
         digits.clear();
         saw_unit = true;
@@ -161,12 +172,17 @@ pub fn parse(path: &str, text: &str, kernels_dir: &Path) -> Result<GoalSpec, Goa
     let raw: RawGoal = toml::from_str(text).map_err(|e| {
         let span = e.span().unwrap_or(0..0);
         let message = e.message().trim().to_string();
-        cx.err(span, format!("{message} (see SPEC section 4 for the goal file format)"))
+        cx.err(
+            span,
+            format!("{message} (see SPEC section 4 for the goal file format)"),
+        )
     })?;
 
     let name = raw.name.get_ref().trim().to_string();
     if name.is_empty()
-        || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
     {
         return Err(cx.err(
             raw.name.span(),
@@ -184,7 +200,11 @@ pub fn parse(path: &str, text: &str, kernels_dir: &Path) -> Result<GoalSpec, Goa
         Some(o) => {
             return Err(cx.err(
                 o.span(),
-                format!("unknown objective `{}`; expected one of: {}", o.get_ref(), OBJECTIVES.join(", ")),
+                format!(
+                    "unknown objective `{}`; expected one of: {}",
+                    o.get_ref(),
+                    OBJECTIVES.join(", ")
+                ),
             ))
         }
     };
@@ -231,7 +251,13 @@ pub fn parse(path: &str, text: &str, kernels_dir: &Path) -> Result<GoalSpec, Goa
         }
     };
     if shapes.is_empty() {
-        return Err(cx.err(0..0, format!("task `{}` declares no default shapes: set `shapes`", task.manifest.name)));
+        return Err(cx.err(
+            0..0,
+            format!(
+                "task `{}` declares no default shapes: set `shapes`",
+                task.manifest.name
+            ),
+        ));
     }
 
     let (seed_names, seed_span) = match &raw.seed {
@@ -242,29 +268,49 @@ pub fn parse(path: &str, text: &str, kernels_dir: &Path) -> Result<GoalSpec, Goa
         },
     };
     if seed_names.is_empty() {
-        return Err(cx.err(seed_span, "no seed candidate: set `seed`, or list `seeds` in the task's task.toml"));
+        return Err(cx.err(
+            seed_span,
+            "no seed candidate: set `seed`, or list `seeds` in the task's task.toml",
+        ));
     }
     let mut seeds = Vec::new();
     for seed in &seed_names {
-        let found = [task.dir.join(seed), task.dir.join("seeds").join(seed), goal_dir.join(seed)]
-            .into_iter()
-            .find(|p| p.is_file());
+        let found = [
+            task.dir.join(seed),
+            task.dir.join("seeds").join(seed),
+            goal_dir.join(seed),
+        ]
+        .into_iter()
+        .find(|p| p.is_file());
         let Some(file) = found else {
             return Err(cx.err(
                 seed_span.clone(),
                 format!("seed `{seed}` not found in {} (or its seeds/ folder) nor next to the goal file", task.dir.display()),
             ));
         };
-        let source = std::fs::read_to_string(&file)
-            .map_err(|e| cx.err(seed_span.clone(), format!("cannot read seed {}: {e}", file.display())))?;
-        let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| seed.clone());
+        let source = std::fs::read_to_string(&file).map_err(|e| {
+            cx.err(
+                seed_span.clone(),
+                format!("cannot read seed {}: {e}", file.display()),
+            )
+        })?;
+        let name = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| seed.clone());
         seeds.push(SeedSource { name, source });
     }
 
     let mut budget = Budget::default();
     if let Some(w) = &raw.budget.wall {
         let secs = parse_duration(w.get_ref()).map_err(|m| {
-            cx.err(w.span(), format!("bad duration `{}`: {m}; write e.g. \"10h\", \"45m\", \"1h30m\"", w.get_ref()))
+            cx.err(
+                w.span(),
+                format!(
+                    "bad duration `{}`: {m}; write e.g. \"10h\", \"45m\", \"1h30m\"",
+                    w.get_ref()
+                ),
+            )
         })?;
         budget.wall_s = Some(secs);
     }
@@ -284,7 +330,10 @@ pub fn parse(path: &str, text: &str, kernels_dir: &Path) -> Result<GoalSpec, Goa
     let mut stop = StopRules::default();
     if let Some(t) = &raw.stop.target_speedup {
         if !(t.get_ref().is_finite() && *t.get_ref() > 0.0) {
-            return Err(cx.err(t.span(), "`stop.target_speedup` must be a positive number (e.g. 40.0)"));
+            return Err(cx.err(
+                t.span(),
+                "`stop.target_speedup` must be a positive number (e.g. 40.0)",
+            ));
         }
         stop.target_speedup = Some(*t.get_ref());
     }
@@ -305,7 +354,12 @@ pub fn parse(path: &str, text: &str, kernels_dir: &Path) -> Result<GoalSpec, Goa
     let priority = match &raw.resources.priority {
         None => 0,
         Some(p) if (-1000..=1000).contains(p.get_ref()) => *p.get_ref() as i32,
-        Some(p) => return Err(cx.err(p.span(), "`resources.priority` must be between -1000 and 1000")),
+        Some(p) => {
+            return Err(cx.err(
+                p.span(),
+                "`resources.priority` must be between -1000 and 1000",
+            ))
+        }
     };
 
     Ok(GoalSpec {
@@ -325,31 +379,48 @@ pub fn parse(path: &str, text: &str, kernels_dir: &Path) -> Result<GoalSpec, Goa
 
 fn parse_agent(cx: &Ctx<'_>, raw: Option<RawAgent>) -> Result<AgentSpec, GoalError> {
     let Some(raw) = raw else {
-        return Ok(AgentSpec { kind: "search".into(), settings: serde_json::Value::Object(Default::default()) });
+        return Ok(AgentSpec {
+            kind: "search".into(),
+            settings: serde_json::Value::Object(Default::default()),
+        });
     };
     let kind = raw.kind.get_ref().as_str();
     if !AGENTS.contains(&kind) {
         return Err(cx.err(
             raw.kind.span(),
-            format!("unknown agent kind `{kind}`; expected one of: {}", AGENTS.join(", ")),
+            format!(
+                "unknown agent kind `{kind}`; expected one of: {}",
+                AGENTS.join(", ")
+            ),
         ));
     }
     let mut settings = serde_json::Map::new();
     match kind {
         "llm" => {
             let Some(url) = raw.url else {
-                return Err(cx.err(raw.kind.span(), "agent kind `llm` needs `url` (an OpenAI-compatible endpoint)"));
+                return Err(cx.err(
+                    raw.kind.span(),
+                    "agent kind `llm` needs `url` (an OpenAI-compatible endpoint)",
+                ));
             };
             settings.insert("url".into(), url.into());
             settings.insert("model".into(), raw.model.unwrap_or_default().into());
-            settings.insert("api_key_env".into(), raw.api_key_env.unwrap_or_else(|| "OPENAI_API_KEY".into()).into());
+            settings.insert(
+                "api_key_env".into(),
+                raw.api_key_env
+                    .unwrap_or_else(|| "OPENAI_API_KEY".into())
+                    .into(),
+            );
             if let Some(t) = raw.temperature {
                 settings.insert("temperature".into(), t.into());
             }
         }
         "command" => {
             let Some(cmd) = raw.command else {
-                return Err(cx.err(raw.kind.span(), "agent kind `command` needs `command` (a list: program and arguments)"));
+                return Err(cx.err(
+                    raw.kind.span(),
+                    "agent kind `command` needs `command` (a list: program and arguments)",
+                ));
             };
             if cmd.get_ref().is_empty() {
                 return Err(cx.err(cmd.span(), "`agent.command` must name a program"));
@@ -369,7 +440,10 @@ fn parse_agent(cx: &Ctx<'_>, raw: Option<RawAgent>) -> Result<AgentSpec, GoalErr
         }
         settings.insert("context_bytes".into(), (*c.get_ref()).into());
     }
-    Ok(AgentSpec { kind: kind.to_string(), settings: serde_json::Value::Object(settings) })
+    Ok(AgentSpec {
+        kind: kind.to_string(),
+        settings: serde_json::Value::Object(settings),
+    })
 }
 
 #[cfg(test)]
@@ -438,7 +512,11 @@ mod tests {
     #[test]
     fn unknown_key_names_line() {
         let d = task_fixture();
-        let e = parse_in(&d, "name = \"g\"\ntask = \"demo\"\n[budget]\nwal = \"1h\"\n").unwrap_err();
+        let e = parse_in(
+            &d,
+            "name = \"g\"\ntask = \"demo\"\n[budget]\nwal = \"1h\"\n",
+        )
+        .unwrap_err();
         assert_eq!(e.line, 4, "{e}");
         assert!(e.message.contains("wal"), "{e}");
     }
@@ -446,7 +524,11 @@ mod tests {
     #[test]
     fn bad_duration_names_line_and_form() {
         let d = task_fixture();
-        let e = parse_in(&d, "name = \"g\"\ntask = \"demo\"\n[budget]\nwall = \"10 hours\"\n").unwrap_err();
+        let e = parse_in(
+            &d,
+            "name = \"g\"\ntask = \"demo\"\n[budget]\nwall = \"10 hours\"\n",
+        )
+        .unwrap_err();
         assert_eq!(e.line, 4, "{e}");
         assert!(e.message.contains("10h"), "{e}");
     }
@@ -470,7 +552,10 @@ mod tests {
     fn unknown_shape_and_baseline_list_choices() {
         let d = task_fixture();
         let e = parse_in(&d, "name = \"g\"\ntask = \"demo\"\nshapes = [\"m999\"]\n").unwrap_err();
-        assert!(e.message.contains("m64") && e.message.contains("m128"), "{e}");
+        assert!(
+            e.message.contains("m64") && e.message.contains("m128"),
+            "{e}"
+        );
         let e = parse_in(&d, "name = \"g\"\ntask = \"demo\"\nbaseline = \"cublas\"\n").unwrap_err();
         assert!(e.message.contains("reference"), "{e}");
     }

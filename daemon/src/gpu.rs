@@ -41,10 +41,15 @@ impl HealthReading {
     /// measurement by the harness (throttled samples are discarded), not here.
     pub fn drain_reason(&self) -> Option<String> {
         if let Some(r) = &self.needs_reset {
-            return Some(format!("needs a reset: {r} (the daemon never resets a GPU; an administrator must)"));
+            return Some(format!(
+                "needs a reset: {r} (the daemon never resets a GPU; an administrator must)"
+            ));
         }
         if !self.foreign_pids.is_empty() {
-            return Some(format!("foreign compute processes on the device: pids {:?}", self.foreign_pids));
+            return Some(format!(
+                "foreign compute processes on the device: pids {:?}",
+                self.foreign_pids
+            ));
         }
         None
     }
@@ -108,12 +113,19 @@ impl NvmlLayer {
             }
             other => format!("NVML failed to initialise: {other}"),
         })?;
-        let count = nvml.device_count().map_err(|e| format!("NVML device count: {e}"))?;
+        let count = nvml
+            .device_count()
+            .map_err(|e| format!("NVML device count: {e}"))?;
         let mut devices = Vec::new();
         for i in 0..count {
-            let Ok(dev) = nvml.device_by_index(i) else { continue };
+            let Ok(dev) = nvml.device_by_index(i) else {
+                continue;
+            };
             let Ok(uuid) = dev.uuid() else { continue };
-            let cc = dev.cuda_compute_capability().ok().map(|c| (c.major as u32, c.minor as u32));
+            let cc = dev
+                .cuda_compute_capability()
+                .ok()
+                .map(|c| (c.major as u32, c.minor as u32));
             let wanted = if allow.is_empty() {
                 matches!(cc, Some((9, _)))
             } else {
@@ -137,7 +149,10 @@ impl NvmlLayer {
                 format!("NVML sees {count} device(s), none in the allow-list {allow:?}")
             });
         }
-        Ok(NvmlLayer { nvml: Arc::new(nvml), devices })
+        Ok(NvmlLayer {
+            nvml: Arc::new(nvml),
+            devices,
+        })
     }
 }
 
@@ -158,12 +173,21 @@ impl DeviceLayer for NvmlLayer {
         let dev = match self.nvml.device_by_uuid(uuid) {
             Ok(d) => d,
             Err(e) => {
-                return HealthReading { needs_reset: Some(format!("NVML cannot reach it: {e}")), ..Default::default() }
+                return HealthReading {
+                    needs_reset: Some(format!("NVML cannot reach it: {e}")),
+                    ..Default::default()
+                }
             }
         };
         let mut r = HealthReading::default();
         match dev.running_compute_processes() {
-            Ok(procs) => r.foreign_pids = procs.iter().map(|p| p.pid).filter(|p| !ours.contains(p)).collect(),
+            Ok(procs) => {
+                r.foreign_pids = procs
+                    .iter()
+                    .map(|p| p.pid)
+                    .filter(|p| !ours.contains(p))
+                    .collect()
+            }
             Err(NvmlError::GpuLost) => r.needs_reset = Some("GPU lost".into()),
             Err(_) => {}
         }
@@ -175,7 +199,11 @@ impl DeviceLayer for NvmlLayer {
                 (T::HW_THERMAL_SLOWDOWN, "hw_thermal"),
                 (T::HW_POWER_BRAKE_SLOWDOWN, "hw_power_brake"),
             ];
-            r.throttle = named.iter().filter(|(f, _)| reasons.contains(*f)).map(|(_, n)| n.to_string()).collect();
+            r.throttle = named
+                .iter()
+                .filter(|(f, _)| reasons.contains(*f))
+                .map(|(_, n)| n.to_string())
+                .collect();
         }
         if let Ok(true) = dev.are_pages_pending_retired() {
             r.needs_reset = Some("memory pages pending retirement".into());
@@ -188,7 +216,9 @@ impl DeviceLayer for NvmlLayer {
 /// Picks the device layer for a daemon: NVML GPUs, else the CPU slot (with the reason).
 pub fn discover(cfg: &Config) -> Arc<dyn DeviceLayer> {
     if cfg.force_cpu {
-        return Arc::new(CpuLayer::new("CPU mode forced by configuration (force_cpu)"));
+        return Arc::new(CpuLayer::new(
+            "CPU mode forced by configuration (force_cpu)",
+        ));
     }
     match NvmlLayer::discover(&cfg.gpu_allow) {
         Ok(layer) => Arc::new(layer),
@@ -215,11 +245,17 @@ impl ScriptedLayer {
                 is_gpu: false,
             })
             .collect();
-        ScriptedLayer { devices, health: Mutex::new(Default::default()) }
+        ScriptedLayer {
+            devices,
+            health: Mutex::new(Default::default()),
+        }
     }
 
     pub fn set_health(&self, uuid: &str, reading: HealthReading) {
-        self.health.lock().unwrap().insert(uuid.to_string(), reading);
+        self.health
+            .lock()
+            .unwrap()
+            .insert(uuid.to_string(), reading);
     }
 }
 
@@ -234,6 +270,11 @@ impl DeviceLayer for ScriptedLayer {
         self.devices.clone()
     }
     fn health(&self, uuid: &str, _ours: &BTreeSet<u32>) -> HealthReading {
-        self.health.lock().unwrap().get(uuid).cloned().unwrap_or_default()
+        self.health
+            .lock()
+            .unwrap()
+            .get(uuid)
+            .cloned()
+            .unwrap_or_default()
     }
 }

@@ -39,10 +39,16 @@ pub struct WorkerSpec {
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
     #[error("could not start the harness worker ({python} {script}): {source}; check `python` in kerneld.toml (it needs torch and triton)")]
-    Spawn { python: String, script: String, source: std::io::Error },
+    Spawn {
+        python: String,
+        script: String,
+        source: std::io::Error,
+    },
     #[error("the harness worker did not become ready within {0:?}: {1}")]
     NotReady(Duration, String),
-    #[error("the evaluation exceeded its {0:?} wall-clock limit; the worker's process group was killed")]
+    #[error(
+        "the evaluation exceeded its {0:?} wall-clock limit; the worker's process group was killed"
+    )]
     Timeout(Duration),
     #[error("the harness worker died ({status}): {stderr}")]
     Died { status: String, stderr: String },
@@ -81,10 +87,12 @@ impl Worker {
             .kill_on_drop(true);
         match &spec.gpu_uuid {
             Some(uuid) => {
-                cmd.env("CUDA_VISIBLE_DEVICES", uuid).env_remove("TRITON_INTERPRET");
+                cmd.env("CUDA_VISIBLE_DEVICES", uuid)
+                    .env_remove("TRITON_INTERPRET");
             }
             None => {
-                cmd.env("CUDA_VISIBLE_DEVICES", "").env("TRITON_INTERPRET", "1");
+                cmd.env("CUDA_VISIBLE_DEVICES", "")
+                    .env("TRITON_INTERPRET", "1");
             }
         }
         let max_files = spec.max_files;
@@ -147,7 +155,9 @@ impl Worker {
         };
         if ready.get("event").and_then(Value::as_str) != Some("ready") {
             worker.kill().await;
-            return Err(WorkerError::Protocol(format!("expected a ready line, got {ready}")));
+            return Err(WorkerError::Protocol(format!(
+                "expected a ready line, got {ready}"
+            )));
         }
         worker.ready = ready;
         Ok(worker)
@@ -170,17 +180,22 @@ impl Worker {
 
     async fn read_line(&mut self) -> Result<Value, WorkerError> {
         match self.lines.next().await {
-            Some(Ok(line)) => serde_json::from_str(&line)
-                .map_err(|e| WorkerError::Protocol(format!("not JSON ({e}): {}", truncate(&line, 200)))),
+            Some(Ok(line)) => serde_json::from_str(&line).map_err(|e| {
+                WorkerError::Protocol(format!("not JSON ({e}): {}", truncate(&line, 200)))
+            }),
             Some(Err(e)) => Err(WorkerError::Protocol(e.to_string())),
             None => {
                 // stdout closed: the worker is gone or going. Give stderr a moment to drain.
-                let status = match tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await {
-                    Ok(Ok(s)) => describe_status(s),
-                    _ => "closed its output".into(),
-                };
+                let status =
+                    match tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await {
+                        Ok(Ok(s)) => describe_status(s),
+                        _ => "closed its output".into(),
+                    };
                 tokio::time::sleep(Duration::from_millis(50)).await;
-                Err(WorkerError::Died { status, stderr: self.stderr_text() })
+                Err(WorkerError::Died {
+                    status,
+                    stderr: self.stderr_text(),
+                })
             }
         }
     }
@@ -196,7 +211,10 @@ impl Worker {
         let exchange = async {
             if let Err(e) = self.stdin.write_all(line.as_bytes()).await {
                 let _ = e;
-                return Err(WorkerError::Died { status: "stdin closed".into(), stderr: self.stderr_text() });
+                return Err(WorkerError::Died {
+                    status: "stdin closed".into(),
+                    stderr: self.stderr_text(),
+                });
             }
             let _ = self.stdin.flush().await;
             loop {
@@ -228,8 +246,13 @@ impl Worker {
 
     /// Asks the worker to exit, and kills it if it does not within a few seconds.
     pub async fn shutdown(mut self) {
-        let _ = self.call(json!({"op": "shutdown"}), Duration::from_secs(5)).await;
-        if tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await.is_err() {
+        let _ = self
+            .call(json!({"op": "shutdown"}), Duration::from_secs(5))
+            .await;
+        if tokio::time::timeout(Duration::from_secs(5), self.child.wait())
+            .await
+            .is_err()
+        {
             self.kill_group();
         }
         self.kill_group();
@@ -249,7 +272,9 @@ fn describe_status(s: std::process::ExitStatus) -> String {
     match (s.code(), s.signal()) {
         (Some(c), _) => format!("exit status {c}"),
         (None, Some(sig)) => {
-            let name = Signal::try_from(sig).map(|s| s.as_str().to_string()).unwrap_or_else(|_| sig.to_string());
+            let name = Signal::try_from(sig)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| sig.to_string());
             format!("killed by signal {name}")
         }
         _ => "unknown status".into(),

@@ -41,9 +41,16 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     run_with(config, shutdown, RunOptions::default()).await
 }
 
-pub async fn run_with(config: Config, shutdown: CancellationToken, opts: RunOptions) -> anyhow::Result<()> {
+pub async fn run_with(
+    config: Config,
+    shutdown: CancellationToken,
+    opts: RunOptions,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.state_dir).map_err(|e| {
-        anyhow::anyhow!("cannot create the state directory {}: {e}", config.state_dir.display())
+        anyhow::anyhow!(
+            "cannot create the state directory {}: {e}",
+            config.state_dir.display()
+        )
     })?;
     let store = Arc::new(store::Store::open(&config.db_path())?);
     let devices = opts.devices.unwrap_or_else(|| gpu::discover(&config));
@@ -52,17 +59,25 @@ pub async fn run_with(config: Config, shutdown: CancellationToken, opts: RunOpti
             tracing::warn!("{note}; evaluations run under Triton's interpreter and their timings are not GPU figures")
         }
         _ => {
-            let names: Vec<String> = devices.devices().iter().map(|d| format!("{} {}", d.name, d.uuid)).collect();
+            let names: Vec<String> = devices
+                .devices()
+                .iter()
+                .map(|d| format!("{} {}", d.name, d.uuid))
+                .collect();
             tracing::info!("devices: {}", names.join(", "));
         }
     }
-    let engine = engine::Engine::start(config.clone(), store, devices, shutdown.child_token()).await?;
+    let engine =
+        engine::Engine::start(config.clone(), store, devices, shutdown.child_token()).await?;
     let listener = rpc::bind(&config.socket).await?;
     tracing::info!(socket = %config.socket.display(), state = %config.state_dir.display(), "kerneld ready");
 
     let stop_accepting = CancellationToken::new();
     let server = tokio::spawn(rpc::serve(listener, engine.clone(), stop_accepting.clone()));
-    let spool = config.spool_dir.clone().map(|dir| tokio::spawn(spool::watch(dir, engine.clone(), shutdown.clone())));
+    let spool = config
+        .spool_dir
+        .clone()
+        .map(|dir| tokio::spawn(spool::watch(dir, engine.clone(), shutdown.clone())));
     let scheduler = tokio::spawn(engine.clone().run());
     if let Some(ready) = opts.on_ready {
         ready();

@@ -12,7 +12,11 @@ use tokio_util::sync::CancellationToken;
 use kerneld::{paths, Config, RunOptions};
 
 #[derive(Debug, Parser)]
-#[command(name = "kerneld", version, about = "Runs GPU-kernel optimization goals; control it with kernelctl.")]
+#[command(
+    name = "kerneld",
+    version,
+    about = "Runs GPU-kernel optimization goals; control it with kernelctl."
+)]
 struct Cli {
     /// Configuration file (default: /etc/kerneld/kerneld.toml when it exists).
     #[arg(long, env = "KERNELD_CONFIG")]
@@ -65,7 +69,8 @@ fn build_config(cli: &Cli) -> Result<Config, String> {
         cfg.kernels_dir = v.clone();
     }
     if let Some(v) = &cli.eval_timeout {
-        let secs = kerneld::goal::parse_duration(v).map_err(|m| format!("--eval-timeout {v}: {m}"))?;
+        let secs =
+            kerneld::goal::parse_duration(v).map_err(|m| format!("--eval-timeout {v}: {m}"))?;
         cfg.eval_timeout = Duration::from_secs(secs);
     }
     if let Some(v) = &cli.spool {
@@ -86,7 +91,9 @@ fn build_config(cli: &Cli) -> Result<Config, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
@@ -140,7 +147,13 @@ fn main() -> ExitCode {
     let opts = RunOptions {
         devices: None,
         on_ready: Some(Box::new(|| {
-            let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status("accepting goals")]);
+            let _ = sd_notify::notify(
+                false,
+                &[
+                    sd_notify::NotifyState::Ready,
+                    sd_notify::NotifyState::Status("accepting goals"),
+                ],
+            );
         })),
     };
     let result = runtime.block_on(async {
@@ -172,7 +185,10 @@ fn reload(file: &Option<PathBuf>) {
     match file {
         None => tracing::info!("SIGHUP: no configuration file in use; nothing to reload"),
         Some(f) => match Config::new(PathBuf::new(), PathBuf::new()).merge_file(f) {
-            Ok(_) => tracing::info!("SIGHUP: {} is valid; restart kerneld to apply changed settings", f.display()),
+            Ok(_) => tracing::info!(
+                "SIGHUP: {} is valid; restart kerneld to apply changed settings",
+                f.display()
+            ),
             Err(e) => tracing::error!("SIGHUP: {e}"),
         },
     }

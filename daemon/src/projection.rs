@@ -96,13 +96,29 @@ impl GoalProjection {
                 self.state = *to;
                 self.reason = reason.clone();
             }
-            EventKind::SeedDescribed { seed, space, default, rejected } => {
+            EventKind::SeedDescribed {
+                seed,
+                space,
+                default,
+                rejected,
+            } => {
                 self.seeds.insert(
                     seed.clone(),
-                    SeedInfo { space: space.clone(), default: default.clone(), rejected: rejected.clone() },
+                    SeedInfo {
+                        space: space.clone(),
+                        default: default.clone(),
+                        rejected: rejected.clone(),
+                    },
                 );
             }
-            EventKind::CandidateProposed { iteration, candidate, seed, config, source, .. } => {
+            EventKind::CandidateProposed {
+                iteration,
+                candidate,
+                seed,
+                config,
+                source,
+                ..
+            } => {
                 self.iteration = self.iteration.max(*iteration);
                 self.pending.insert(
                     *iteration,
@@ -121,12 +137,17 @@ impl GoalProjection {
                     p.attempts += 1;
                 }
             }
-            EventKind::EvaluationFinished { iteration, result, .. } => {
+            EventKind::EvaluationFinished {
+                iteration, result, ..
+            } => {
                 self.pending.remove(iteration);
                 self.evaluations += 1;
                 self.gpu_ms += (result.elapsed_s * 1000.0).max(0.0) as u64;
                 if !result.is_scored() {
-                    *self.failures.entry(result.class.as_str().to_string()).or_default() += 1;
+                    *self
+                        .failures
+                        .entry(result.class.as_str().to_string())
+                        .or_default() += 1;
                 }
             }
             EventKind::NewBest { best, .. } => {
@@ -143,7 +164,10 @@ impl GoalProjection {
 
     /// Wall-clock milliseconds spent running, up to `now_ms`.
     pub fn wall_ms_at(&self, now_ms: u64) -> u64 {
-        self.wall_ms + self.running_since_ms.map_or(0, |s| now_ms.saturating_sub(s))
+        self.wall_ms
+            + self
+                .running_since_ms
+                .map_or(0, |s| now_ms.saturating_sub(s))
     }
 
     pub fn summary(&self, now_ms: u64, in_flight: u32) -> GoalSummary {

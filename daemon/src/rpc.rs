@@ -24,8 +24,12 @@ use crate::wire::*;
 /// other daemon owns this state; a socket path shared by two state dirs is refused).
 pub async fn bind(path: &Path) -> anyhow::Result<UnixListener> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| anyhow::anyhow!("cannot create the socket's directory {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot create the socket's directory {}: {e}",
+                dir.display()
+            )
+        })?;
     }
     if path.exists() {
         if UnixStream::connect(path).await.is_ok() {
@@ -34,10 +38,11 @@ pub async fn bind(path: &Path) -> anyhow::Result<UnixListener> {
                 path.display()
             );
         }
-        std::fs::remove_file(path).map_err(|e| anyhow::anyhow!("cannot remove stale socket {}: {e}", path.display()))?;
+        std::fs::remove_file(path)
+            .map_err(|e| anyhow::anyhow!("cannot remove stale socket {}: {e}", path.display()))?;
     }
-    let listener =
-        UnixListener::bind(path).map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", path.display()))?;
+    let listener = UnixListener::bind(path)
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", path.display()))?;
     // Anyone who can reach the socket may read; changes are checked per goal owner.
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666));
     Ok(listener)
@@ -74,7 +79,11 @@ async fn send(conn: &mut Conn, msg: &impl Serialize) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn connection(stream: UnixStream, engine: Arc<Engine>, stop: CancellationToken) -> anyhow::Result<()> {
+async fn connection(
+    stream: UnixStream,
+    engine: Arc<Engine>,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
     let uid = stream.peer_cred().map(|c| c.uid()).unwrap_or(u32::MAX);
     let mut conn = Framed::new(stream, LinesCodec::new_with_max_length(MAX_LINE));
     loop {
@@ -86,7 +95,10 @@ async fn connection(stream: UnixStream, engine: Arc<Engine>, stop: CancellationT
             None => return Ok(()),
             Some(Ok(l)) => l,
             Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
-                let err = RpcError::new(code::INVALID_REQUEST, format!("request longer than {MAX_LINE} bytes"));
+                let err = RpcError::new(
+                    code::INVALID_REQUEST,
+                    format!("request longer than {MAX_LINE} bytes"),
+                );
                 send(&mut conn, &Response::err(Value::Null, err)).await?;
                 return Ok(());
             }
@@ -105,7 +117,10 @@ async fn connection(stream: UnixStream, engine: Arc<Engine>, stop: CancellationT
                 Ok(r) if r.jsonrpc == "2.0" => r,
                 _ => {
                     let id = v.get("id").cloned().unwrap_or(Value::Null);
-                    let err = RpcError::new(code::INVALID_REQUEST, "not a JSON-RPC 2.0 request (jsonrpc, method, id)");
+                    let err = RpcError::new(
+                        code::INVALID_REQUEST,
+                        "not a JSON-RPC 2.0 request (jsonrpc, method, id)",
+                    );
                     send(&mut conn, &Response::err(id, err)).await?;
                     continue;
                 }
@@ -135,12 +150,19 @@ async fn connection(stream: UnixStream, engine: Arc<Engine>, stop: CancellationT
 }
 
 fn params<T: DeserializeOwned>(req: &Request) -> RpcResult<T> {
-    let p = if req.params.is_null() { Value::Object(Default::default()) } else { req.params.clone() };
-    serde_json::from_value(p).map_err(|e| RpcError::new(code::INVALID_PARAMS, format!("{}: {e}", req.method)))
+    let p = if req.params.is_null() {
+        Value::Object(Default::default())
+    } else {
+        req.params.clone()
+    };
+    serde_json::from_value(p)
+        .map_err(|e| RpcError::new(code::INVALID_PARAMS, format!("{}: {e}", req.method)))
 }
 
 fn to_value<T: Serialize>(r: RpcResult<T>) -> RpcResult<Value> {
-    r.and_then(|v| serde_json::to_value(v).map_err(|e| RpcError::new(code::INTERNAL_ERROR, e.to_string())))
+    r.and_then(|v| {
+        serde_json::to_value(v).map_err(|e| RpcError::new(code::INTERNAL_ERROR, e.to_string()))
+    })
 }
 
 async fn dispatch(engine: &Engine, req: &Request, uid: u32) -> RpcResult<Value> {
@@ -159,16 +181,30 @@ async fn dispatch(engine: &Engine, req: &Request, uid: u32) -> RpcResult<Value> 
         method::CONTEXT => to_value(engine.context(&params::<GoalRef>(req)?.goal).await),
         method::GPUS => to_value(Ok(engine.gpus())),
         method::VERSION => to_value(engine.version()),
-        other => Err(RpcError::new(code::METHOD_NOT_FOUND, format!("no method `{other}`"))),
+        other => Err(RpcError::new(
+            code::METHOD_NOT_FOUND,
+            format!("no method `{other}`"),
+        )),
     }
 }
 
 /// `events` with `follow`: the backlog as the response, then each new event as a
 /// notification, until the client hangs up or the daemon stops. Subscribing before
 /// reading the backlog, and skipping what the backlog already had, loses nothing.
-async fn follow(mut conn: Conn, engine: Arc<Engine>, id: Value, p: EventsParams, stop: CancellationToken) -> anyhow::Result<()> {
+async fn follow(
+    mut conn: Conn,
+    engine: Arc<Engine>,
+    id: Value,
+    p: EventsParams,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
     let mut rx = engine.subscribe();
-    let goal = match p.goal.as_deref().map(|g| engine.resolve_goal(g)).transpose() {
+    let goal = match p
+        .goal
+        .as_deref()
+        .map(|g| engine.resolve_goal(g))
+        .transpose()
+    {
         Ok(g) => g,
         Err(e) => return send(&mut conn, &Response::err(id, e)).await,
     };
@@ -180,7 +216,11 @@ async fn follow(mut conn: Conn, engine: Arc<Engine>, id: Value, p: EventsParams,
     if backlog.is_empty() && p.after.is_none() {
         last = engine.store().last_seq().unwrap_or(0);
     }
-    send(&mut conn, &Response::ok(id, serde_json::to_value(&backlog)?)).await?;
+    send(
+        &mut conn,
+        &Response::ok(id, serde_json::to_value(&backlog)?),
+    )
+    .await?;
     loop {
         tokio::select! {
             ev = rx.recv() => match ev {

@@ -24,12 +24,15 @@ pub struct Contender {
 
 /// The goal that gets the next free slot, if any is runnable.
 pub fn pick(contenders: &[Contender]) -> Option<&Contender> {
-    contenders.iter().filter(|c| c.in_flight < c.max_in_flight).min_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(a.served.cmp(&b.served))
-            .then(a.age_key.cmp(&b.age_key))
-    })
+    contenders
+        .iter()
+        .filter(|c| c.in_flight < c.max_in_flight)
+        .min_by(|a, b| {
+            b.priority
+                .cmp(&a.priority)
+                .then(a.served.cmp(&b.served))
+                .then(a.age_key.cmp(&b.age_key))
+        })
 }
 
 /// The served count a goal starts from when it joins `others` in competition.
@@ -42,7 +45,14 @@ mod tests {
     use super::*;
 
     fn c(goal: &str, priority: i32, in_flight: u32, max: u32, served: u64, age: u64) -> Contender {
-        Contender { goal: goal.into(), priority, in_flight, max_in_flight: max, served, age_key: (age, 0) }
+        Contender {
+            goal: goal.into(),
+            priority,
+            in_flight,
+            max_in_flight: max,
+            served,
+            age_key: (age, 0),
+        }
     }
 
     #[test]

@@ -19,15 +19,16 @@ pub async fn watch(dir: PathBuf, engine: Arc<Engine>, stop: CancellationToken) {
         let _ = std::fs::create_dir_all(dir.join(sub));
     }
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut watcher = match notify::recommended_watcher(move |_res: notify::Result<notify::Event>| {
-        let _ = tx.send(());
-    }) {
-        Ok(w) => w,
-        Err(e) => {
-            tracing::error!("cannot watch the spool {}: {e}", dir.display());
-            return;
-        }
-    };
+    let mut watcher =
+        match notify::recommended_watcher(move |_res: notify::Result<notify::Event>| {
+            let _ = tx.send(());
+        }) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::error!("cannot watch the spool {}: {e}", dir.display());
+                return;
+            }
+        };
     if let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive) {
         tracing::error!("cannot watch the spool {}: {e}", dir.display());
         return;
@@ -48,16 +49,26 @@ pub async fn watch(dir: PathBuf, engine: Arc<Engine>, stop: CancellationToken) {
 }
 
 async fn scan(dir: &Path, engine: &Engine) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().map_or(false, |x| x == "toml"))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "toml"))
         .collect();
     files.sort();
     for path in files {
-        let Ok(source) = std::fs::read_to_string(&path) else { continue };
-        let owner = std::fs::metadata(&path).map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap_or(0);
-        let params = EnqueueParams { path: path.display().to_string(), source, unique: true };
+        let Ok(source) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let owner = std::fs::metadata(&path)
+            .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+            .unwrap_or(0);
+        let params = EnqueueParams {
+            path: path.display().to_string(),
+            source,
+            unique: true,
+        };
         let name = path.file_name().unwrap_or_default().to_owned();
         match engine.enqueue(params, owner).await {
             Ok(r) => {
@@ -68,7 +79,10 @@ async fn scan(dir: &Path, engine: &Engine) {
                 tracing::warn!("spool {}: {}", path.display(), e.message);
                 let target = dir.join("rejected").join(&name);
                 let _ = std::fs::rename(&path, &target);
-                let _ = std::fs::write(target.with_extension("toml.error"), format!("{}\n", e.message));
+                let _ = std::fs::write(
+                    target.with_extension("toml.error"),
+                    format!("{}\n", e.message),
+                );
             }
         }
     }

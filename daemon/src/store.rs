@@ -33,7 +33,10 @@ pub enum StoreError {
     #[error("another kerneld is already running with state directory {0} (its database is open); stop it first, or start this one with another --state-dir")]
     AlreadyOpen(PathBuf),
     #[error("event log {path}: {source}")]
-    Db { path: PathBuf, source: redb::Error },
+    Db {
+        path: PathBuf,
+        source: Box<redb::Error>,
+    },
     #[error("event log: corrupt record: {0}")]
     Corrupt(String),
     #[error("no goal {0}")]
@@ -41,7 +44,10 @@ pub enum StoreError {
 }
 
 fn db_err(path: &Path, e: impl Into<redb::Error>) -> StoreError {
-    StoreError::Db { path: path.to_path_buf(), source: e.into() }
+    StoreError::Db {
+        path: path.to_path_buf(),
+        source: Box::new(e.into()),
+    }
 }
 
 /// The hash that names a candidate source (the first 16 hex digits of its SHA-256).
@@ -68,7 +74,10 @@ pub struct NewEvent {
 
 impl NewEvent {
     pub fn goal(goal: &str, kind: EventKind) -> Self {
-        NewEvent { goal: Some(goal.to_string()), kind }
+        NewEvent {
+            goal: Some(goal.to_string()),
+            kind,
+        }
     }
     pub fn daemon(kind: EventKind) -> Self {
         NewEvent { goal: None, kind }
@@ -93,11 +102,16 @@ impl Store {
         let db = match Database::create(path) {
             Ok(db) => db,
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
-                return Err(StoreError::AlreadyOpen(path.parent().unwrap_or(path).to_path_buf()))
+                return Err(StoreError::AlreadyOpen(
+                    path.parent().unwrap_or(path).to_path_buf(),
+                ))
             }
             Err(e) => return Err(db_err(path, e)),
         };
-        let store = Store { db, path: path.to_path_buf() };
+        let store = Store {
+            db,
+            path: path.to_path_buf(),
+        };
         // Create every table once so readers never meet a missing one.
         let tx = store.db.begin_write().map_err(|e| db_err(path, e))?;
         {
@@ -117,15 +131,28 @@ impl Store {
     }
 
     /// Creates a goal: allocates its id and commits `GoalEnqueued`, durably.
-    pub fn enqueue_goal(&self, spec: GoalSpec, owner_uid: u32) -> Result<(String, Vec<Event>), StoreError> {
+    pub fn enqueue_goal(
+        &self,
+        spec: GoalSpec,
+        owner_uid: u32,
+    ) -> Result<(String, Vec<Event>), StoreError> {
         let tx = self.db.begin_write().map_err(|e| self.err(e))?;
         let id = {
             let mut meta = tx.open_table(META).map_err(|e| self.err(e))?;
-            let n = meta.get("next_goal").map_err(|e| self.err(e))?.map_or(1, |v| v.value());
+            let n = meta
+                .get("next_goal")
+                .map_err(|e| self.err(e))?
+                .map_or(1, |v| v.value());
             meta.insert("next_goal", n + 1).map_err(|e| self.err(e))?;
             format!("g{n}")
         };
-        let events = self.append_in(&tx, vec![NewEvent::goal(&id, EventKind::GoalEnqueued { spec, owner_uid })])?;
+        let events = self.append_in(
+            &tx,
+            vec![NewEvent::goal(
+                &id,
+                EventKind::GoalEnqueued { spec, owner_uid },
+            )],
+        )?;
         tx.commit().map_err(|e| self.err(e))?;
         Ok((id, events))
     }
@@ -138,7 +165,11 @@ impl Store {
         Ok(events)
     }
 
-    fn append_in(&self, tx: &redb::WriteTransaction, items: Vec<NewEvent>) -> Result<Vec<Event>, StoreError> {
+    fn append_in(
+        &self,
+        tx: &redb::WriteTransaction,
+        items: Vec<NewEvent>,
+    ) -> Result<Vec<Event>, StoreError> {
         let mut meta = tx.open_table(META).map_err(|e| self.err(e))?;
         let mut events_t = tx.open_table(EVENTS).map_err(|e| self.err(e))?;
         let mut index = tx.open_table(GOAL_EVENTS).map_err(|e| self.err(e))?;
@@ -146,13 +177,23 @@ impl Store {
         let mut evals = tx.open_table(EVALS).map_err(|e| self.err(e))?;
         let mut sources = tx.open_table(SOURCES).map_err(|e| self.err(e))?;
 
-        let mut seq = meta.get("next_seq").map_err(|e| self.err(e))?.map_or(1, |v| v.value());
+        let mut seq = meta
+            .get("next_seq")
+            .map_err(|e| self.err(e))?
+            .map_or(1, |v| v.value());
         let time_ms = now_ms();
         let mut out = Vec::with_capacity(items.len());
         for item in items {
-            let ev = Event { seq, time_ms, goal: item.goal, kind: item.kind };
+            let ev = Event {
+                seq,
+                time_ms,
+                goal: item.goal,
+                kind: item.kind,
+            };
             let bytes = serde_json::to_vec(&ev).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            events_t.insert(seq, bytes.as_slice()).map_err(|e| self.err(e))?;
+            events_t
+                .insert(seq, bytes.as_slice())
+                .map_err(|e| self.err(e))?;
 
             if let Some(goal) = ev.goal.as_deref() {
                 index.insert((goal, seq), ()).map_err(|e| self.err(e))?;
@@ -163,15 +204,25 @@ impl Store {
                     _ => {
                         let raw = goals.get(goal).map_err(|e| self.err(e))?;
                         let raw = raw.ok_or_else(|| StoreError::NoGoal(goal.to_string()))?;
-                        serde_json::from_slice(raw.value()).map_err(|e| StoreError::Corrupt(e.to_string()))?
+                        serde_json::from_slice(raw.value())
+                            .map_err(|e| StoreError::Corrupt(e.to_string()))?
                     }
                 };
                 // Side tables that need the projection as it was before this event.
                 match &ev.kind {
-                    EventKind::CandidateProposed { source: Some(src), .. } => {
-                        sources.insert(source_hash(src).as_str(), src.as_str()).map_err(|e| self.err(e))?;
+                    EventKind::CandidateProposed {
+                        source: Some(src), ..
+                    } => {
+                        sources
+                            .insert(source_hash(src).as_str(), src.as_str())
+                            .map_err(|e| self.err(e))?;
                     }
-                    EventKind::EvaluationFinished { iteration, candidate, device, result } => {
+                    EventKind::EvaluationFinished {
+                        iteration,
+                        candidate,
+                        device,
+                        result,
+                    } => {
                         let (seed, config, source_hash) = proj
                             .pending
                             .get(iteration)
@@ -186,14 +237,20 @@ impl Store {
                             result: result.clone(),
                             device: Some(device.clone()),
                         };
-                        let bytes = serde_json::to_vec(&rec).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                        evals.insert((goal, *iteration), bytes.as_slice()).map_err(|e| self.err(e))?;
+                        let bytes = serde_json::to_vec(&rec)
+                            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                        evals
+                            .insert((goal, *iteration), bytes.as_slice())
+                            .map_err(|e| self.err(e))?;
                     }
                     _ => {}
                 }
                 proj.apply(&ev);
-                let bytes = serde_json::to_vec(&proj).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                goals.insert(goal, bytes.as_slice()).map_err(|e| self.err(e))?;
+                let bytes =
+                    serde_json::to_vec(&proj).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                goals
+                    .insert(goal, bytes.as_slice())
+                    .map_err(|e| self.err(e))?;
             }
             out.push(ev);
             seq += 1;
@@ -209,9 +266,17 @@ impl Store {
         let mut out = Vec::new();
         for row in t.iter().map_err(|e| self.err(e))? {
             let (_, v) = row.map_err(|e| self.err(e))?;
-            out.push(serde_json::from_slice::<GoalProjection>(v.value()).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+            out.push(
+                serde_json::from_slice::<GoalProjection>(v.value())
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            );
         }
-        out.sort_by_key(|g| (g.created_ms, g.id.trim_start_matches('g').parse::<u64>().unwrap_or(0)));
+        out.sort_by_key(|g| {
+            (
+                g.created_ms,
+                g.id.trim_start_matches('g').parse::<u64>().unwrap_or(0),
+            )
+        });
         Ok(out)
     }
 
@@ -219,19 +284,31 @@ impl Store {
         let tx = self.db.begin_read().map_err(|e| self.err(e))?;
         let t = tx.open_table(GOALS).map_err(|e| self.err(e))?;
         let raw = t.get(id).map_err(|e| self.err(e))?;
-        raw.map(|v| serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt(e.to_string())))
-            .transpose()
+        raw.map(|v| {
+            serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt(e.to_string()))
+        })
+        .transpose()
     }
 
     /// Events after `after` (exclusive), optionally of one goal, at most `limit`.
-    pub fn events(&self, goal: Option<&str>, after: u64, limit: usize) -> Result<Vec<Event>, StoreError> {
+    pub fn events(
+        &self,
+        goal: Option<&str>,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Event>, StoreError> {
         let tx = self.db.begin_read().map_err(|e| self.err(e))?;
         let t = tx.open_table(EVENTS).map_err(|e| self.err(e))?;
-        let decode = |bytes: &[u8]| serde_json::from_slice::<Event>(bytes).map_err(|e| StoreError::Corrupt(e.to_string()));
+        let decode = |bytes: &[u8]| {
+            serde_json::from_slice::<Event>(bytes).map_err(|e| StoreError::Corrupt(e.to_string()))
+        };
         let mut out = Vec::new();
         match goal {
             None => {
-                for row in t.range(after.saturating_add(1)..).map_err(|e| self.err(e))? {
+                for row in t
+                    .range(after.saturating_add(1)..)
+                    .map_err(|e| self.err(e))?
+                {
                     if out.len() >= limit {
                         break;
                     }
@@ -241,14 +318,19 @@ impl Store {
             }
             Some(g) => {
                 let idx = tx.open_table(GOAL_EVENTS).map_err(|e| self.err(e))?;
-                for row in idx.range((g, after.saturating_add(1))..=(g, u64::MAX)).map_err(|e| self.err(e))? {
+                for row in idx
+                    .range((g, after.saturating_add(1))..=(g, u64::MAX))
+                    .map_err(|e| self.err(e))?
+                {
                     if out.len() >= limit {
                         break;
                     }
                     let (k, _) = row.map_err(|e| self.err(e))?;
                     let seq = k.value().1;
                     let v = t.get(seq).map_err(|e| self.err(e))?;
-                    let v = v.ok_or_else(|| StoreError::Corrupt(format!("index names missing event {seq}")))?;
+                    let v = v.ok_or_else(|| {
+                        StoreError::Corrupt(format!("index names missing event {seq}"))
+                    })?;
                     out.push(decode(v.value())?);
                 }
             }
@@ -269,7 +351,12 @@ impl Store {
             }
             Some(g) => {
                 let idx = tx.open_table(GOAL_EVENTS).map_err(|e| self.err(e))?;
-                for row in idx.range((g, 0)..=(g, u64::MAX)).map_err(|e| self.err(e))?.rev().take(limit) {
+                for row in idx
+                    .range((g, 0)..=(g, u64::MAX))
+                    .map_err(|e| self.err(e))?
+                    .rev()
+                    .take(limit)
+                {
                     seqs.push(row.map_err(|e| self.err(e))?.0.value().1);
                 }
             }
@@ -278,7 +365,10 @@ impl Store {
         let mut out = Vec::with_capacity(seqs.len());
         for seq in seqs {
             if let Some(v) = t.get(seq).map_err(|e| self.err(e))? {
-                out.push(serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+                out.push(
+                    serde_json::from_slice(v.value())
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                );
             }
         }
         Ok(out)
@@ -287,7 +377,10 @@ impl Store {
     pub fn last_seq(&self) -> Result<u64, StoreError> {
         let tx = self.db.begin_read().map_err(|e| self.err(e))?;
         let meta = tx.open_table(META).map_err(|e| self.err(e))?;
-        let next = meta.get("next_seq").map_err(|e| self.err(e))?.map_or(1, |v| v.value());
+        let next = meta
+            .get("next_seq")
+            .map_err(|e| self.err(e))?
+            .map_or(1, |v| v.value());
         Ok(next - 1)
     }
 
@@ -296,19 +389,31 @@ impl Store {
         let tx = self.db.begin_read().map_err(|e| self.err(e))?;
         let t = tx.open_table(EVALS).map_err(|e| self.err(e))?;
         let mut out = Vec::new();
-        for row in t.range((goal, 0)..=(goal, u64::MAX)).map_err(|e| self.err(e))? {
+        for row in t
+            .range((goal, 0)..=(goal, u64::MAX))
+            .map_err(|e| self.err(e))?
+        {
             let (_, v) = row.map_err(|e| self.err(e))?;
-            out.push(serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+            out.push(
+                serde_json::from_slice(v.value())
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            );
         }
         Ok(out)
     }
 
-    pub fn evaluation(&self, goal: &str, iteration: u64) -> Result<Option<EvaluationRecord>, StoreError> {
+    pub fn evaluation(
+        &self,
+        goal: &str,
+        iteration: u64,
+    ) -> Result<Option<EvaluationRecord>, StoreError> {
         let tx = self.db.begin_read().map_err(|e| self.err(e))?;
         let t = tx.open_table(EVALS).map_err(|e| self.err(e))?;
         let raw = t.get((goal, iteration)).map_err(|e| self.err(e))?;
-        raw.map(|v| serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt(e.to_string())))
-            .transpose()
+        raw.map(|v| {
+            serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt(e.to_string()))
+        })
+        .transpose()
     }
 
     /// A non-seed candidate's source by its hash.
@@ -333,16 +438,29 @@ mod tests {
             objective: "geomean_speedup".into(),
             baseline: "reference".into(),
             shapes: vec!["s".into()],
-            seeds: vec![SeedSource { name: "a.py".into(), source: "x".into() }],
+            seeds: vec![SeedSource {
+                name: "a.py".into(),
+                source: "x".into(),
+            }],
             budget: Budget::default(),
             stop: StopRules::default(),
-            agent: AgentSpec { kind: "search".into(), settings: serde_json::json!({}) },
-            resources: Resources { gpus: 1, priority: 0 },
+            agent: AgentSpec {
+                kind: "search".into(),
+                settings: serde_json::json!({}),
+            },
+            resources: Resources {
+                gpus: 1,
+                priority: 0,
+            },
         }
     }
 
     fn temp_db() -> PathBuf {
-        std::env::temp_dir().join(format!("kerneld-store-{}-{}.redb", std::process::id(), rand::random::<u64>()))
+        std::env::temp_dir().join(format!(
+            "kerneld-store-{}-{}.redb",
+            std::process::id(),
+            rand::random::<u64>()
+        ))
     }
 
     #[test]
@@ -353,7 +471,11 @@ mod tests {
         store
             .append(vec![NewEvent::goal(
                 &id,
-                EventKind::GoalStateChanged { from: GoalState::Queued, to: GoalState::Running, reason: None },
+                EventKind::GoalStateChanged {
+                    from: GoalState::Queued,
+                    to: GoalState::Running,
+                    reason: None,
+                },
             )])
             .unwrap();
         store
@@ -379,7 +501,12 @@ mod tests {
         for ev in store.events(Some(&id), 0, usize::MAX).unwrap() {
             match &ev.kind {
                 EventKind::GoalEnqueued { spec, owner_uid } => {
-                    replay = Some(GoalProjection::new(&id, spec.clone(), *owner_uid, ev.time_ms))
+                    replay = Some(GoalProjection::new(
+                        &id,
+                        spec.clone(),
+                        *owner_uid,
+                        ev.time_ms,
+                    ))
                 }
                 _ => replay.as_mut().unwrap().apply(&ev),
             }

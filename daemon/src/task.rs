@@ -48,8 +48,8 @@ impl Task {
         let file = dir.join("task.toml");
         let text = std::fs::read_to_string(&file)
             .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-        let manifest: TaskManifest = toml::from_str(&text)
-            .map_err(|e| format!("{}: {}", file.display(), e.message()))?;
+        let manifest: TaskManifest =
+            toml::from_str(&text).map_err(|e| format!("{}: {}", file.display(), e.message()))?;
         let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
         Ok(Task { dir, manifest })
     }

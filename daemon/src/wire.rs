@@ -53,10 +53,20 @@ pub struct Response {
 
 impl Response {
     pub fn ok(id: Value, result: Value) -> Self {
-        Response { jsonrpc: "2.0".into(), id, result: Some(result), error: None }
+        Response {
+            jsonrpc: "2.0".into(),
+            id,
+            result: Some(result),
+            error: None,
+        }
     }
     pub fn err(id: Value, error: RpcError) -> Self {
-        Response { jsonrpc: "2.0".into(), id, result: None, error: Some(error) }
+        Response {
+            jsonrpc: "2.0".into(),
+            id,
+            result: None,
+            error: Some(error),
+        }
     }
 }
 
@@ -78,7 +88,11 @@ pub struct RpcError {
 
 impl RpcError {
     pub fn new(code: i64, message: impl Into<String>) -> Self {
-        RpcError { code, message: message.into(), data: None }
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
     }
 }
 
@@ -178,7 +192,10 @@ pub enum GoalState {
 impl GoalState {
     /// Completed, failed and cancelled goals never run again.
     pub fn is_terminal(self) -> bool {
-        matches!(self, GoalState::Completed | GoalState::Failed | GoalState::Cancelled)
+        matches!(
+            self,
+            GoalState::Completed | GoalState::Failed | GoalState::Cancelled
+        )
     }
     pub fn as_str(self) -> &'static str {
         match self {
@@ -520,7 +537,7 @@ impl EvalResult {
 
     /// Correct and timed: a candidate that may become the best.
     pub fn is_scored(&self) -> bool {
-        self.class == ResultClass::Ok && self.correct && self.speedup.map_or(false, f64::is_finite)
+        self.class == ResultClass::Ok && self.correct && self.speedup.is_some_and(f64::is_finite)
     }
 }
 
@@ -658,7 +675,8 @@ mod tests {
     #[test]
     fn worker_result_parses_with_missing_optional_fields() {
         let r: EvalResult =
-            serde_json::from_str(r#"{"class":"wrong_result","message":"shape s16 seed 3"}"#).unwrap();
+            serde_json::from_str(r#"{"class":"wrong_result","message":"shape s16 seed 3"}"#)
+                .unwrap();
         assert_eq!(r.class, ResultClass::WrongResult);
         assert!(!r.is_scored());
     }

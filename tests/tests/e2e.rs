@@ -15,9 +15,16 @@ fn demo_goal_completes_with_a_correct_best_through_kernelctl() {
     let goal = demo_goal(dir.path(), "demo-e2e", 3, "");
 
     let out = kernelctl(&d.socket, &["enqueue", goal.to_str().unwrap()]);
-    assert!(out.status.success(), "enqueue failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "enqueue failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    assert!(id.starts_with('g'), "enqueue should print the goal id, got {id:?}");
+    assert!(
+        id.starts_with('g'),
+        "enqueue should print the goal id, got {id:?}"
+    );
 
     let g = d.wait_terminal(&id, Duration::from_secs(240));
     assert_eq!(g.state, GoalState::Completed, "{g:?}");
@@ -28,25 +35,43 @@ fn demo_goal_completes_with_a_correct_best_through_kernelctl() {
     // status --json: the documented shape.
     let out = kernelctl(&d.socket, &["status", "--json"]);
     assert!(out.status.success());
-    let all: Vec<GoalSummary> = serde_json::from_slice(&out.stdout).expect("status --json is a list of goals");
+    let all: Vec<GoalSummary> =
+        serde_json::from_slice(&out.stdout).expect("status --json is a list of goals");
     let me = all.iter().find(|s| s.id == id).unwrap();
     let best = me.best.as_ref().expect("a best candidate");
-    assert!(best.interpreted, "CPU-mode timings must be marked as interpreted");
+    assert!(
+        best.interpreted,
+        "CPU-mode timings must be marked as interpreted"
+    );
     assert!(best.speedup > 0.0);
 
     // The best evaluation was correct.
     let detail: GoalDetail = serde_json::from_value(d.call("show", json!({"goal": id}))).unwrap();
-    let rec = detail.recent.iter().find(|r| r.iteration == best.iteration).unwrap();
+    let rec = detail
+        .recent
+        .iter()
+        .find(|r| r.iteration == best.iteration)
+        .unwrap();
     assert_eq!(rec.result.class, ResultClass::Ok);
     assert!(rec.result.correct);
 
     // best -o writes the winning source, with its configuration.
     let file = dir.path().join("best.py");
     let out = kernelctl(&d.socket, &["best", &id, "-o", file.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let src = std::fs::read_to_string(&file).unwrap();
-    assert!(src.contains("def matmul"), "best source should be the candidate");
-    assert!(src.contains("BEST = {"), "best source should carry its configuration");
+    assert!(
+        src.contains("def matmul"),
+        "best source should be the candidate"
+    );
+    assert!(
+        src.contains("BEST = {"),
+        "best source should carry its configuration"
+    );
 
     // A clean stop records itself.
     let status = d.stop();
@@ -61,19 +86,46 @@ fn bad_goal_files_are_refused_and_change_nothing() {
 
     let cases: &[(&str, &str, &str)] = &[
         ("syntax", "name = \"x\"\ntask = \"demo\n", "syntax.toml:2"),
-        ("unknown-key", "name = \"x\"\ntask = \"demo\"\n[budget]\nwal = \"1h\"\n", "unknown field `wal`"),
-        ("bad-duration", "name = \"x\"\ntask = \"demo\"\n[budget]\nwall = \"ten hours\"\n", "bad duration"),
-        ("missing-task", "name = \"x\"\ntask = \"no-such-task\"\n", "task `no-such-task` not found"),
-        ("bad-shape", "name = \"x\"\ntask = \"demo\"\nshapes = [\"huge\"]\n", "has no shape `huge`"),
+        (
+            "unknown-key",
+            "name = \"x\"\ntask = \"demo\"\n[budget]\nwal = \"1h\"\n",
+            "unknown field `wal`",
+        ),
+        (
+            "bad-duration",
+            "name = \"x\"\ntask = \"demo\"\n[budget]\nwall = \"ten hours\"\n",
+            "bad duration",
+        ),
+        (
+            "missing-task",
+            "name = \"x\"\ntask = \"no-such-task\"\n",
+            "task `no-such-task` not found",
+        ),
+        (
+            "bad-shape",
+            "name = \"x\"\ntask = \"demo\"\nshapes = [\"huge\"]\n",
+            "has no shape `huge`",
+        ),
     ];
     for (name, text, expect) in cases {
         let path = dir.path().join(format!("{}.toml", name.replace('-', "")));
-        let path = if *name == "syntax" { dir.path().join("syntax.toml") } else { path };
+        let path = if *name == "syntax" {
+            dir.path().join("syntax.toml")
+        } else {
+            path
+        };
         std::fs::write(&path, text).unwrap();
         let out = kernelctl(&d.socket, &["enqueue", path.to_str().unwrap()]);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{name}: expected exit 1, stderr: {stderr}");
-        assert!(stderr.contains(expect), "{name}: stderr should mention {expect:?}: {stderr}");
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{name}: expected exit 1, stderr: {stderr}"
+        );
+        assert!(
+            stderr.contains(expect),
+            "{name}: stderr should mention {expect:?}: {stderr}"
+        );
         assert!(out.stdout.is_empty(), "{name}: nothing on stdout");
     }
     let after = d.call("version", json!({}))["last_seq"].as_u64().unwrap();
@@ -94,21 +146,42 @@ fn pause_resume_cancel_and_unique() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), id);
     assert_eq!(d.status().len(), 1);
 
-    assert!(d.wait_until(Duration::from_secs(120), |d| d.goal(&id).evaluations >= 1), "no evaluation finished");
+    assert!(
+        d.wait_until(Duration::from_secs(120), |d| d.goal(&id).evaluations >= 1),
+        "no evaluation finished"
+    );
     let out = kernelctl(&d.socket, &["pause", &id]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(d.goal(&id).state, GoalState::Paused);
     // The evaluation in flight is aborted at once: the slot is free.
-    assert!(d.wait_until(Duration::from_secs(10), |d| d.goal(&id).in_flight == 0), "lease not released on pause");
+    assert!(
+        d.wait_until(Duration::from_secs(10), |d| d.goal(&id).in_flight == 0),
+        "lease not released on pause"
+    );
     let paused_at = d.goal(&id).iteration;
     std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(d.goal(&id).iteration, paused_at, "a paused goal must not advance");
+    assert_eq!(
+        d.goal(&id).iteration,
+        paused_at,
+        "a paused goal must not advance"
+    );
 
     // Resuming twice: the second is refused with exit 1.
     assert!(kernelctl(&d.socket, &["resume", &id]).status.success());
     assert_eq!(d.goal(&id).state, GoalState::Running);
-    assert_eq!(kernelctl(&d.socket, &["resume", &id]).status.code(), Some(1));
-    assert!(d.wait_until(Duration::from_secs(120), |d| d.goal(&id).iteration > paused_at), "no progress after resume");
+    assert_eq!(
+        kernelctl(&d.socket, &["resume", &id]).status.code(),
+        Some(1)
+    );
+    assert!(
+        d.wait_until(Duration::from_secs(120), |d| d.goal(&id).iteration
+            > paused_at),
+        "no progress after resume"
+    );
 
     assert!(kernelctl(&d.socket, &["cancel", &id]).status.success());
     let g = d.goal(&id);
@@ -130,7 +203,11 @@ fn a_second_daemon_on_the_same_state_refuses_to_start() {
     let out = std::process::Command::new(binary("kerneld"))
         .args(["--state-dir", dir.path().join("state").to_str().unwrap()])
         .args(["--socket", dir.path().join("sock2").to_str().unwrap()])
-        .args(["--kernels", repo_root().join("kernels").to_str().unwrap(), "--cpu"])
+        .args([
+            "--kernels",
+            repo_root().join("kernels").to_str().unwrap(),
+            "--cpu",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -150,7 +227,10 @@ fn graceful_restart_continues_the_goal() {
     let d = Daemon::start(dir.path());
     let after = d.goal(&id);
     assert!(after.iteration >= before.iteration);
-    assert!(is_active(after.state) || after.state == GoalState::Completed, "{after:?}");
+    assert!(
+        is_active(after.state) || after.state == GoalState::Completed,
+        "{after:?}"
+    );
     let g = d.wait_terminal(&id, Duration::from_secs(240));
     assert_eq!(g.state, GoalState::Completed);
     assert_eq!(g.iteration, 4);
@@ -176,10 +256,22 @@ fn malformed_requests_get_standard_errors() {
         serde_json::from_str(&reply).unwrap()
     };
     assert_eq!(ask("{not json")["error"]["code"], -32700);
-    assert_eq!(ask(r#"{"jsonrpc":"1.0","id":1,"method":"status"}"#)["error"]["code"], -32600);
-    assert_eq!(ask(r#"{"jsonrpc":"2.0","id":2,"method":"frobnicate"}"#)["error"]["code"], -32601);
-    assert_eq!(ask(r#"{"jsonrpc":"2.0","id":3,"method":"show","params":{"nope":1}}"#)["error"]["code"], -32602);
-    assert_eq!(ask(r#"{"jsonrpc":"2.0","id":4,"method":"show","params":{"goal":"g99"}}"#)["error"]["code"], -32001);
+    assert_eq!(
+        ask(r#"{"jsonrpc":"1.0","id":1,"method":"status"}"#)["error"]["code"],
+        -32600
+    );
+    assert_eq!(
+        ask(r#"{"jsonrpc":"2.0","id":2,"method":"frobnicate"}"#)["error"]["code"],
+        -32601
+    );
+    assert_eq!(
+        ask(r#"{"jsonrpc":"2.0","id":3,"method":"show","params":{"nope":1}}"#)["error"]["code"],
+        -32602
+    );
+    assert_eq!(
+        ask(r#"{"jsonrpc":"2.0","id":4,"method":"show","params":{"goal":"g99"}}"#)["error"]["code"],
+        -32001
+    );
     let ok = ask(r#"{"jsonrpc":"2.0","id":5,"method":"version"}"#);
     assert_eq!(ok["id"], 5);
     assert_eq!(ok["result"]["mode"], "cpu");

@@ -21,19 +21,38 @@ struct InProcess {
 
 impl InProcess {
     fn start(dir: &std::path::Path, devices: Arc<dyn DeviceLayer>) -> InProcess {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
         let socket = dir.join("sock");
         let mut cfg = Config::new(dir.join("state"), socket.clone());
         cfg.python = python();
         cfg.kernels_dir = repo_root().join("kernels");
         let stop = CancellationToken::new();
-        let done = rt.spawn(kerneld::run_with(cfg, stop.clone(), RunOptions { devices: Some(devices), on_ready: None }));
+        let done = rt.spawn(kerneld::run_with(
+            cfg,
+            stop.clone(),
+            RunOptions {
+                devices: Some(devices),
+                on_ready: None,
+            },
+        ));
         let t0 = Instant::now();
         while try_call(&socket, "version", json!({})).is_err() {
-            assert!(t0.elapsed() < Duration::from_secs(20), "in-process daemon did not start");
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "in-process daemon did not start"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
-        InProcess { rt, stop, done: Some(done), socket }
+        InProcess {
+            rt,
+            stop,
+            done: Some(done),
+            socket,
+        }
     }
 
     fn call(&self, method: &str, params: serde_json::Value) -> serde_json::Value {
@@ -44,7 +63,10 @@ impl InProcess {
 
     fn enqueue(&self, dir: &std::path::Path, name: &str, extra: &str) -> String {
         let path = demo_goal(dir, name, 100_000, extra);
-        let r = self.call("enqueue", json!({"path": path, "source": std::fs::read_to_string(&path).unwrap()}));
+        let r = self.call(
+            "enqueue",
+            json!({"path": path, "source": std::fs::read_to_string(&path).unwrap()}),
+        );
         r["id"].as_str().unwrap().to_string()
     }
 
@@ -70,7 +92,9 @@ impl InProcess {
     }
 
     fn last_seq(&self) -> u64 {
-        self.call("version", json!({}))["last_seq"].as_u64().unwrap()
+        self.call("version", json!({}))["last_seq"]
+            .as_u64()
+            .unwrap()
     }
 
     fn wait(&self, limit: Duration, mut f: impl FnMut(&InProcess) -> bool) -> bool {
@@ -89,7 +113,9 @@ impl Drop for InProcess {
     fn drop(&mut self) {
         self.stop.cancel();
         if let Some(done) = self.done.take() {
-            let _ = self.rt.block_on(async { tokio::time::timeout(Duration::from_secs(60), done).await });
+            let _ = self
+                .rt
+                .block_on(async { tokio::time::timeout(Duration::from_secs(60), done).await });
         }
     }
 }
@@ -102,26 +128,55 @@ fn priority_then_fair_share_then_pause_hands_over() {
     let b = d.enqueue(dir.path(), "b", "");
     // Both goals at priority 0 share the one device evaluation by evaluation.
     let start = d.last_seq();
-    assert!(d.wait(Duration::from_secs(180), |d| d.starts_since(start).values().sum::<usize>() >= 8));
+    assert!(d.wait(Duration::from_secs(180), |d| d
+        .starts_since(start)
+        .values()
+        .sum::<usize>()
+        >= 8));
     let share = d.starts_since(start);
-    let (na, nb) = (share.get(&a).copied().unwrap_or(0), share.get(&b).copied().unwrap_or(0));
-    assert!(na.abs_diff(nb) <= 1, "fair share expected, got a={na} b={nb}");
+    let (na, nb) = (
+        share.get(&a).copied().unwrap_or(0),
+        share.get(&b).copied().unwrap_or(0),
+    );
+    assert!(
+        na.abs_diff(nb) <= 1,
+        "fair share expected, got a={na} b={nb}"
+    );
 
     // A higher-priority goal takes every evaluation while it runs.
     let hi = d.enqueue(dir.path(), "hi", "[resources]\npriority = 5\n");
-    assert!(d.wait(Duration::from_secs(60), |d| d.starts_since(start).get(&hi).copied().unwrap_or(0) >= 1));
+    assert!(d.wait(Duration::from_secs(60), |d| d
+        .starts_since(start)
+        .get(&hi)
+        .copied()
+        .unwrap_or(0)
+        >= 1));
     let from = d.last_seq();
-    assert!(d.wait(Duration::from_secs(180), |d| d.starts_since(from).values().sum::<usize>() >= 4));
+    assert!(d.wait(Duration::from_secs(180), |d| d
+        .starts_since(from)
+        .values()
+        .sum::<usize>()
+        >= 4));
     let s = d.starts_since(from);
-    assert_eq!(s.get(&a).copied().unwrap_or(0) + s.get(&b).copied().unwrap_or(0), 0, "lower priorities must wait: {s:?}");
+    assert_eq!(
+        s.get(&a).copied().unwrap_or(0) + s.get(&b).copied().unwrap_or(0),
+        0,
+        "lower priorities must wait: {s:?}"
+    );
 
     // Pausing it hands the device to the others at once.
     let paused_at = Instant::now();
     d.call("pause", json!({"goal": hi}));
     let handed = d.wait(Duration::from_secs(30), |d| {
-        d.gpus().devices[0].lease.as_ref().map_or(false, |l| l.goal == a || l.goal == b)
+        d.gpus().devices[0]
+            .lease
+            .as_ref()
+            .map_or(false, |l| l.goal == a || l.goal == b)
     });
-    assert!(handed, "the device did not go to another goal after the pause");
+    assert!(
+        handed,
+        "the device did not go to another goal after the pause"
+    );
     eprintln!("lease hand-over after pause: {:?}", paused_at.elapsed());
     let ev = d.events();
     assert!(ev.iter().any(|e| matches!(&e.kind, EventKind::EvaluationAborted { reason, .. } if reason.contains("paused"))));
@@ -136,26 +191,50 @@ fn a_goal_with_two_gpus_spreads_and_a_drained_device_gets_no_lease() {
     let d = InProcess::start(dir.path(), layer.clone());
     let g = d.enqueue(dir.path(), "wide", "[resources]\ngpus = 2\n");
     let start = d.last_seq();
-    assert!(d.wait(Duration::from_secs(180), |d| {
-        let devs: std::collections::BTreeSet<String> = d
-            .events()
-            .into_iter()
-            .filter(|e| e.seq > start)
-            .filter_map(|e| match e.kind {
-                EventKind::EvaluationStarted { device, .. } => Some(device),
-                _ => None,
-            })
-            .collect();
-        devs.len() == 2
-    }), "a gpus = 2 goal should evaluate on both devices");
+    assert!(
+        d.wait(Duration::from_secs(180), |d| {
+            let devs: std::collections::BTreeSet<String> = d
+                .events()
+                .into_iter()
+                .filter(|e| e.seq > start)
+                .filter_map(|e| match e.kind {
+                    EventKind::EvaluationStarted { device, .. } => Some(device),
+                    _ => None,
+                })
+                .collect();
+            devs.len() == 2
+        }),
+        "a gpus = 2 goal should evaluate on both devices"
+    );
 
     // A foreign process appears on device 1: it is drained and gets no new lease.
-    layer.set_health("GPU-test-1", HealthReading { foreign_pids: vec![4242], ..Default::default() });
-    assert!(d.wait(Duration::from_secs(30), |d| d.gpus().devices[1].health == Health::Drained), "not drained");
-    assert!(d.gpus().devices[1].health_reason.as_deref().unwrap_or("").contains("4242"));
-    assert!(d.wait(Duration::from_secs(60), |d| d.gpus().devices[1].lease.is_none()));
+    layer.set_health(
+        "GPU-test-1",
+        HealthReading {
+            foreign_pids: vec![4242],
+            ..Default::default()
+        },
+    );
+    assert!(
+        d.wait(Duration::from_secs(30), |d| d.gpus().devices[1].health
+            == Health::Drained),
+        "not drained"
+    );
+    assert!(d.gpus().devices[1]
+        .health_reason
+        .as_deref()
+        .unwrap_or("")
+        .contains("4242"));
+    assert!(d.wait(Duration::from_secs(60), |d| d.gpus().devices[1]
+        .lease
+        .is_none()));
     let from = d.last_seq();
-    assert!(d.wait(Duration::from_secs(120), |d| d.starts_since(from).get(&g).copied().unwrap_or(0) >= 3));
+    assert!(d.wait(Duration::from_secs(120), |d| d
+        .starts_since(from)
+        .get(&g)
+        .copied()
+        .unwrap_or(0)
+        >= 3));
     let on_drained = d.events().into_iter().filter(|e| e.seq > from).any(|e| {
         matches!(&e.kind, EventKind::EvaluationStarted { device, .. } if device == "GPU-test-1")
     });
@@ -163,11 +242,22 @@ fn a_goal_with_two_gpus_spreads_and_a_drained_device_gets_no_lease() {
 
     // Healthy again: it comes back.
     layer.set_health("GPU-test-1", HealthReading::default());
-    assert!(d.wait(Duration::from_secs(30), |d| d.gpus().devices[1].health == Health::Healthy), "not restored");
+    assert!(
+        d.wait(Duration::from_secs(30), |d| d.gpus().devices[1].health
+            == Health::Healthy),
+        "not restored"
+    );
     let ev = d.events();
-    assert!(ev.iter().any(|e| matches!(&e.kind, EventKind::DeviceHealth { health: Health::Drained, .. })));
+    assert!(ev.iter().any(|e| matches!(
+        &e.kind,
+        EventKind::DeviceHealth {
+            health: Health::Drained,
+            ..
+        }
+    )));
     assert_no_double_lease(&ev);
-    let state: Vec<kerneld::wire::GoalSummary> = serde_json::from_value(d.call("status", json!({}))).unwrap();
+    let state: Vec<kerneld::wire::GoalSummary> =
+        serde_json::from_value(d.call("status", json!({}))).unwrap();
     assert_eq!(state[0].state, GoalState::Running);
 }
 
@@ -195,10 +285,14 @@ fn assert_no_double_lease(events: &[Event]) {
             EventKind::DaemonStarted { .. } => busy.clear(),
             EventKind::EvaluationStarted { device, .. } => {
                 if let Some(prev) = busy.insert(device.clone(), e.seq) {
-                    panic!("device {device} leased twice: starts at seq {prev} and {}", e.seq);
+                    panic!(
+                        "device {device} leased twice: starts at seq {prev} and {}",
+                        e.seq
+                    );
                 }
             }
-            EventKind::EvaluationFinished { device, .. } | EventKind::EvaluationAborted { device, .. } => {
+            EventKind::EvaluationFinished { device, .. }
+            | EventKind::EvaluationAborted { device, .. } => {
                 busy.remove(device);
             }
             _ => {}

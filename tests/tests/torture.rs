@@ -26,14 +26,22 @@ struct Follower {
 impl Follower {
     fn open(d: &Daemon, after: u64) -> (Follower, Vec<Event>) {
         let mut s = UnixStream::connect(&d.socket).unwrap();
-        let req = wire::Request::new(1, wire::method::EVENTS, json!({"after": after, "follow": true}));
-        s.write_all(format!("{}\n", serde_json::to_string(&req).unwrap()).as_bytes()).unwrap();
+        let req = wire::Request::new(
+            1,
+            wire::method::EVENTS,
+            json!({"after": after, "follow": true}),
+        );
+        s.write_all(format!("{}\n", serde_json::to_string(&req).unwrap()).as_bytes())
+            .unwrap();
         let mut reader = BufReader::new(s);
         let mut line = String::new();
         reader.read_line(&mut line).unwrap();
         let resp: wire::Response = serde_json::from_str(&line).unwrap();
         let backlog: Vec<Event> = serde_json::from_value(resp.result.unwrap()).unwrap();
-        reader.get_ref().set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+        reader
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
         (Follower { reader }, backlog)
     }
 
@@ -72,7 +80,12 @@ fn sigkill_at_many_moments_loses_nothing() {
     let mut last_iteration = 0u64;
     let mut moments: HashMap<Moment, usize> = HashMap::new();
     let mut rng = 0x9e3779b97f4a7c15u64;
-    let moments_cycle = [Moment::Random, Moment::AfterProposal, Moment::Evaluating, Moment::AfterResult];
+    let moments_cycle = [
+        Moment::Random,
+        Moment::AfterProposal,
+        Moment::Evaluating,
+        Moment::AfterResult,
+    ];
 
     for kill in 0..KILLS {
         let moment = moments_cycle[kill % moments_cycle.len()];
@@ -108,7 +121,11 @@ fn sigkill_at_many_moments_loses_nothing() {
             if fire {
                 break;
             }
-            assert!(t0.elapsed() < Duration::from_secs(120), "kill {kill}: waited too long for {moment:?}\n{}", d.log_text());
+            assert!(
+                t0.elapsed() < Duration::from_secs(120),
+                "kill {kill}: waited too long for {moment:?}\n{}",
+                d.log_text()
+            );
         }
         *moments.entry(moment).or_default() += 1;
         let before = d.goal(&id);
@@ -121,22 +138,38 @@ fn sigkill_at_many_moments_loses_nothing() {
         assert_dense(&all);
         for (seq, ev) in &acknowledged {
             let now = &all[(*seq - 1) as usize];
-            assert_eq!(now, ev, "kill {kill} ({moment:?}): acknowledged event {seq} changed or vanished");
+            assert_eq!(
+                now, ev,
+                "kill {kill} ({moment:?}): acknowledged event {seq} changed or vanished"
+            );
         }
         let g = d.goal(&id);
         if before.state == GoalState::Running {
-            assert_eq!(g.state, GoalState::Running, "kill {kill}: goal not running after restart: {g:?}");
+            assert_eq!(
+                g.state,
+                GoalState::Running,
+                "kill {kill}: goal not running after restart: {g:?}"
+            );
         } else {
-            assert!(is_active(g.state), "kill {kill}: goal left the queue: {g:?}");
+            assert!(
+                is_active(g.state),
+                "kill {kill}: goal left the queue: {g:?}"
+            );
         }
-        assert!(g.iteration >= last_iteration, "kill {kill}: iteration went back {} → {}", last_iteration, g.iteration);
+        assert!(
+            g.iteration >= last_iteration,
+            "kill {kill}: iteration went back {} → {}",
+            last_iteration,
+            g.iteration
+        );
         last_iteration = g.iteration;
     }
 
     // Let the restarted daemon run the interrupted evaluations, then stop it cleanly.
     let target = last_iteration;
     assert!(
-        d.wait_until(Duration::from_secs(120), |d| d.goal(&id).evaluations >= target),
+        d.wait_until(Duration::from_secs(120), |d| d.goal(&id).evaluations
+            >= target),
         "the interrupted evaluations were not re-run\n{}",
         d.log_text()
     );
@@ -150,22 +183,43 @@ fn sigkill_at_many_moments_loses_nothing() {
     let mut starts: BTreeMap<u64, u32> = BTreeMap::new();
     for ev in &all {
         match &ev.kind {
-            EventKind::EvaluationFinished { iteration, .. } => *results.entry(*iteration).or_default() += 1,
-            EventKind::EvaluationStarted { iteration, attempt, .. } => {
+            EventKind::EvaluationFinished { iteration, .. } => {
+                *results.entry(*iteration).or_default() += 1
+            }
+            EventKind::EvaluationStarted {
+                iteration, attempt, ..
+            } => {
                 let a = starts.entry(*iteration).or_default();
-                assert_eq!(*attempt, *a + 1, "attempts of iteration {iteration} must count up");
+                assert_eq!(
+                    *attempt,
+                    *a + 1,
+                    "attempts of iteration {iteration} must count up"
+                );
                 *a = *attempt;
             }
             _ => {}
         }
     }
     for it in 1..=target {
-        assert_eq!(results.get(&it).copied().unwrap_or(0), 1, "iteration {it} should have exactly one result");
+        assert_eq!(
+            results.get(&it).copied().unwrap_or(0),
+            1,
+            "iteration {it} should have exactly one result"
+        );
     }
-    let restarts = all.iter().filter(|e| matches!(e.kind, EventKind::DaemonStarted { .. })).count();
+    let restarts = all
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::DaemonStarted { .. }))
+        .count();
     assert!(restarts > KILLS, "{restarts} starts recorded");
-    eprintln!("kills by moment: {moments:?}; iterations reached {target}; events {}", all.len());
+    eprintln!(
+        "kills by moment: {moments:?}; iterations reached {target}; events {}",
+        all.len()
+    );
     for m in moments_cycle {
-        assert!(moments.get(&m).copied().unwrap_or(0) >= 5, "{m:?} hit too rarely: {moments:?}");
+        assert!(
+            moments.get(&m).copied().unwrap_or(0) >= 5,
+            "{m:?} hit too rarely: {moments:?}"
+        );
     }
 }

@@ -37,7 +37,10 @@ struct SeedSpace<'a> {
 
 impl SeedSpace<'_> {
     fn size(&self) -> u128 {
-        self.params.iter().map(|(_, v)| v.len().max(1) as u128).product()
+        self.params
+            .iter()
+            .map(|(_, v)| v.len().max(1) as u128)
+            .product()
     }
     fn config_of(&self, idx: &[usize]) -> Value {
         let mut m = Map::new();
@@ -52,14 +55,23 @@ impl SeedSpace<'_> {
         let idx: Vec<usize> = self
             .params
             .iter()
-            .map(|(name, values)| self.default.get(name).and_then(|d| values.iter().position(|v| v == d)).unwrap_or(0))
+            .map(|(name, values)| {
+                self.default
+                    .get(name)
+                    .and_then(|d| values.iter().position(|v| v == d))
+                    .unwrap_or(0)
+            })
             .collect();
         self.config_of(&idx)
     }
     fn index_of(&self, config: &Value) -> Option<Vec<usize>> {
         self.params
             .iter()
-            .map(|(name, values)| config.get(name).and_then(|v| values.iter().position(|x| x == v)))
+            .map(|(name, values)| {
+                config
+                    .get(name)
+                    .and_then(|v| values.iter().position(|x| x == v))
+            })
             .collect()
     }
 }
@@ -96,12 +108,21 @@ impl Agent for SearchAgent {
                     .as_object()
                     .map(|m| {
                         m.iter()
-                            .filter_map(|(k, v)| v.as_array().filter(|a| !a.is_empty()).map(|a| (k.clone(), a.clone())))
+                            .filter_map(|(k, v)| {
+                                v.as_array()
+                                    .filter(|a| !a.is_empty())
+                                    .map(|a| (k.clone(), a.clone()))
+                            })
                             .collect()
                     })
                     .unwrap_or_default();
                 let default = info.default.as_object().cloned().unwrap_or_default();
-                Some(SeedSpace { name: &s.name, source: &s.source, params, default })
+                Some(SeedSpace {
+                    name: &s.name,
+                    source: &s.source,
+                    params,
+                    default,
+                })
             })
             .collect();
         if spaces.is_empty() {
@@ -125,7 +146,11 @@ impl Agent for SearchAgent {
         for s in &spaces {
             let c = s.default_config();
             if fresh(s, &c) {
-                return Ok(Some(propose(s, c, "the seed's default configuration".into())));
+                return Ok(Some(propose(
+                    s,
+                    c,
+                    "the seed's default configuration".into(),
+                )));
             }
         }
 
@@ -151,7 +176,10 @@ impl Agent for SearchAgent {
                             n[p] = v;
                             let c = s.config_of(&n);
                             if fresh(s, &c) {
-                                let note = format!("neighbour of the best: {} → {}", s.params[p].0, s.params[p].1[v]);
+                                let note = format!(
+                                    "neighbour of the best: {} → {}",
+                                    s.params[p].0, s.params[p].1[v]
+                                );
                                 return Ok(Some(propose(s, c, note)));
                             }
                         }
@@ -163,7 +191,11 @@ impl Agent for SearchAgent {
         // 3. Explore: uniform draws over seeds and their spaces.
         for _ in 0..DRAWS {
             let s = &spaces[rng.gen_range(0..spaces.len())];
-            let idx: Vec<usize> = s.params.iter().map(|(_, v)| rng.gen_range(0..v.len())).collect();
+            let idx: Vec<usize> = s
+                .params
+                .iter()
+                .map(|(_, v)| rng.gen_range(0..v.len()))
+                .collect();
             let c = s.config_of(&idx);
             if fresh(s, &c) {
                 return Ok(Some(propose(s, c, "random sample of the space".into())));
@@ -218,16 +250,29 @@ mod tests {
             objective: "geomean_speedup".into(),
             baseline: "reference".into(),
             shapes: vec!["s".into()],
-            seeds: vec![SeedSource { name: "a.py".into(), source: "src".into() }],
+            seeds: vec![SeedSource {
+                name: "a.py".into(),
+                source: "src".into(),
+            }],
             budget: Budget::default(),
             stop: StopRules::default(),
-            agent: AgentSpec { kind: "search".into(), settings: json!({}) },
-            resources: Resources { gpus: 1, priority: 0 },
+            agent: AgentSpec {
+                kind: "search".into(),
+                settings: json!({}),
+            },
+            resources: Resources {
+                gpus: 1,
+                priority: 0,
+            },
         };
         let mut g = GoalProjection::new("g1", spec, 0, 0);
         g.seeds.insert(
             "a.py".into(),
-            SeedInfo { space: json!({"B": [16, 32, 64], "W": [2, 4]}), default: json!({"B": 32, "W": 4}), rejected: None },
+            SeedInfo {
+                space: json!({"B": [16, 32, 64], "W": [2, 4]}),
+                default: json!({"B": 32, "W": 4}),
+                rejected: None,
+            },
         );
         g
     }
@@ -253,7 +298,10 @@ mod tests {
         assert_eq!(first.config, json!({"B": 32, "W": 4}));
         let mut seen = HashSet::new();
         for it in 1..=6 {
-            let p = agent.propose(&g, &history, it).unwrap().expect("space not exhausted yet");
+            let p = agent
+                .propose(&g, &history, it)
+                .unwrap()
+                .expect("space not exhausted yet");
             assert!(seen.insert(p.config.to_string()), "repeated {}", p.config);
             history.push(record(it, p.config));
         }
