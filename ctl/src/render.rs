@@ -250,7 +250,9 @@ pub fn speedup(x: f64) -> String {
     match x.abs() {
         a if a >= 100.0 => format!("{x:.0}×"),
         a if a >= 10.0 => format!("{x:.1}×"),
-        _ => format!("{x:.2}×"),
+        a if a >= 0.1 || a == 0.0 => format!("{x:.2}×"),
+        // Interpreter timings can be tiny fractions: keep three significant digits.
+        _ => format!("{x:.3e}×"),
     }
 }
 
@@ -873,6 +875,7 @@ mod tests {
         assert_eq!(speedup(1.8512), "1.85×");
         assert_eq!(speedup(41.23), "41.2×");
         assert_eq!(speedup(123.4), "123×");
+        assert_eq!(speedup(0.00412), "4.120e-3×");
         assert_eq!(speedup(f64::INFINITY), "-");
     }
 
