@@ -74,6 +74,18 @@ struct GoalRt {
     exhausted: bool,
 }
 
+impl GoalRt {
+    fn new(proj: GoalProjection) -> GoalRt {
+        GoalRt {
+            proj,
+            leases: Vec::new(),
+            active: BTreeSet::new(),
+            served: 0,
+            exhausted: false,
+        }
+    }
+}
+
 struct Slot {
     info: DeviceInfo,
     health: Health,
@@ -147,16 +159,7 @@ impl Engine {
             .collect();
         let mut map = BTreeMap::new();
         for proj in goals {
-            map.insert(
-                proj.id.clone(),
-                GoalRt {
-                    proj,
-                    leases: Vec::new(),
-                    active: BTreeSet::new(),
-                    served: 0,
-                    exhausted: false,
-                },
-            );
+            map.insert(proj.id.clone(), GoalRt::new(proj));
         }
         let (events, _) = broadcast::channel(4096);
         let engine = Arc::new(Engine {
@@ -1326,16 +1329,7 @@ impl Engine {
                 .goal(&id)
                 .map_err(internal)?
                 .ok_or_else(|| internal("enqueued goal missing"))?;
-            st.goals.insert(
-                id.clone(),
-                GoalRt {
-                    proj,
-                    leases: Vec::new(),
-                    active: BTreeSet::new(),
-                    served: 0,
-                    exhausted: false,
-                },
-            );
+            st.goals.insert(id.clone(), GoalRt::new(proj));
         }
         drop(guard);
         for ev in evs {

@@ -191,3 +191,31 @@ impl GoalProjection {
         }
     }
 }
+
+/// A goal spec for unit tests: one seed `a.py` with the given source.
+#[cfg(test)]
+pub(crate) fn test_spec(seed_source: &str) -> GoalSpec {
+    use crate::wire::{AgentSpec, Budget, Resources, SeedSource, StopRules};
+    GoalSpec {
+        name: "g".into(),
+        task: "demo".into(),
+        task_dir: "/tmp".into(),
+        objective: "geomean_speedup".into(),
+        baseline: "reference".into(),
+        shapes: vec!["s".into()],
+        seeds: vec![SeedSource {
+            name: "a.py".into(),
+            source: seed_source.into(),
+        }],
+        budget: Budget::default(),
+        stop: StopRules::default(),
+        agent: AgentSpec {
+            kind: "search".into(),
+            settings: serde_json::json!({}),
+        },
+        resources: Resources {
+            gpus: 1,
+            priority: 0,
+        },
+    }
+}

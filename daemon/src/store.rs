@@ -431,28 +431,7 @@ mod tests {
     use crate::wire::*;
 
     fn spec() -> GoalSpec {
-        GoalSpec {
-            name: "g".into(),
-            task: "demo".into(),
-            task_dir: "/tmp".into(),
-            objective: "geomean_speedup".into(),
-            baseline: "reference".into(),
-            shapes: vec!["s".into()],
-            seeds: vec![SeedSource {
-                name: "a.py".into(),
-                source: "x".into(),
-            }],
-            budget: Budget::default(),
-            stop: StopRules::default(),
-            agent: AgentSpec {
-                kind: "search".into(),
-                settings: serde_json::json!({}),
-            },
-            resources: Resources {
-                gpus: 1,
-                priority: 0,
-            },
-        }
+        crate::projection::test_spec("x")
     }
 
     fn temp_db() -> PathBuf {

@@ -243,28 +243,7 @@ mod tests {
     use serde_json::json;
 
     fn goal() -> GoalProjection {
-        let spec = GoalSpec {
-            name: "g".into(),
-            task: "demo".into(),
-            task_dir: "/tmp".into(),
-            objective: "geomean_speedup".into(),
-            baseline: "reference".into(),
-            shapes: vec!["s".into()],
-            seeds: vec![SeedSource {
-                name: "a.py".into(),
-                source: "src".into(),
-            }],
-            budget: Budget::default(),
-            stop: StopRules::default(),
-            agent: AgentSpec {
-                kind: "search".into(),
-                settings: json!({}),
-            },
-            resources: Resources {
-                gpus: 1,
-                priority: 0,
-            },
-        };
+        let spec = crate::projection::test_spec("src");
         let mut g = GoalProjection::new("g1", spec, 0, 0);
         g.seeds.insert(
             "a.py".into(),
