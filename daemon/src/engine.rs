@@ -893,6 +893,11 @@ impl Engine {
         let elapsed = started.elapsed().as_secs_f64();
         let result = match reply {
             Ok(v) if v.get("ok").and_then(Value::as_bool) == Some(true) => {
+                // A CUDA error poisoned the worker's context: it answered, and exits;
+                // the next evaluation gets a fresh one.
+                if v.get("fatal").and_then(Value::as_bool) == Some(true) {
+                    Self::discard(worker).await;
+                }
                 match v
                     .get("result")
                     .cloned()
