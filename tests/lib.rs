@@ -93,6 +93,11 @@ impl Daemon {
     }
 
     pub fn start_with(dir: &Path, extra: &[&str]) -> Daemon {
+        Self::start_env(dir, extra, &[])
+    }
+
+    /// Starts with extra arguments and environment variables (passed on to the workers).
+    pub fn start_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         let socket = dir.join("sock");
         let state_dir = dir.join("state");
         let log = dir.join("kerneld.log");
@@ -113,6 +118,7 @@ impl Daemon {
             .arg("--cpu")
             .args(extra)
             .env("KERNELD_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(logfile.try_clone().unwrap())
             .stderr(logfile)

@@ -1,0 +1,77 @@
+//! A hanging and a crashing candidate through the real daemon: each gets its failure
+//! class, its worker's process group is killed, and the next evaluation, on a fresh
+//! worker, succeeds.
+
+use std::time::Duration;
+
+use kerneld::wire::{EventKind, GoalState, ResultClass};
+use kerneld_e2e::*;
+
+#[test]
+fn hang_and_segfault_are_contained_and_the_next_evaluation_succeeds() {
+    let dir = TempDir::new("faults");
+    let faults = repo_root().join("kernels/harness/tests/faults");
+    for f in ["python_hang.py", "segfault.py"] {
+        std::fs::copy(faults.join(f), dir.path().join(f)).unwrap();
+    }
+    // The segfault needs ctypes, which the static rules ban: allow it for this test only.
+    let d = Daemon::start_env(
+        dir.path(),
+        &["--eval-timeout", "8s"],
+        &[("KERNELD_STATIC_ALLOW_IMPORTS", "ctypes")],
+    );
+    let demo = repo_root().join("kernels/demo");
+    let goal = dir.path().join("faults.toml");
+    std::fs::write(
+        &goal,
+        format!(
+            "name = \"faults\"\ntask = \"{}\"\nseed = [\"python_hang.py\", \"segfault.py\", \"tiled.py\"]\n\
+             [budget]\niterations = 3\n",
+            demo.display()
+        ),
+    )
+    .unwrap();
+    let id = enqueue(&d, &goal);
+    let g = d.wait_terminal(&id, Duration::from_secs(240));
+    assert_eq!(g.state, GoalState::Completed, "{g:?}");
+
+    let events = d.events(0);
+    assert_dense(&events);
+    let mut classes = Vec::new();
+    let mut finished_at = Vec::new();
+    let mut started_at = Vec::new();
+    for e in &events {
+        match &e.kind {
+            EventKind::EvaluationFinished {
+                iteration, result, ..
+            } => {
+                classes.push((*iteration, result.class));
+                finished_at.push((*iteration, e.time_ms));
+            }
+            EventKind::EvaluationStarted { iteration, .. } => {
+                started_at.push((*iteration, e.time_ms))
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        classes,
+        vec![
+            (1, ResultClass::TimedOut),
+            (2, ResultClass::Crashed),
+            (3, ResultClass::Ok)
+        ],
+        "log:\n{}",
+        d.log_text()
+    );
+    // From the timeout's record to the next evaluation's start: the slot was freed and a
+    // fresh worker warmed up.
+    let t_timeout = finished_at[0].1;
+    let t_next = started_at.iter().find(|(i, _)| *i == 2).unwrap().1;
+    eprintln!(
+        "timeout → next evaluation started: {} ms",
+        t_next.saturating_sub(t_timeout)
+    );
+    let best = d.goal(&id).best.expect("the honest seed is the best");
+    assert_eq!(best.seed, "tiled.py");
+}
