@@ -724,7 +724,18 @@ impl Engine {
                 let store = self.store.clone();
                 let id = goal.to_string();
                 let history = tokio::task::spawn_blocking(move || store.evaluations(&id)).await??;
-                agent::for_goal(&proj)?.propose(&proj, &history, proj.iteration + 1)?
+                let proposed = agent::for_goal(&proj)
+                    .and_then(|a| a.propose(&proj, &history, proj.iteration + 1));
+                match proposed {
+                    Ok(p) => p,
+                    Err(e) => {
+                        // An agent that cannot propose would fail the same way forever.
+                        let why = format!("the {} agent failed: {e:#}", proj.spec.agent.kind);
+                        self.finish_goal(&guard, goal, GoalState::Failed, why)
+                            .await?;
+                        return Ok(None);
+                    }
+                }
             } else {
                 None
             };

@@ -15,8 +15,11 @@ use crate::wire::{AgentSpec, Budget, GoalSpec, Resources, SeedSource, StopRules}
 
 /// The objectives a goal may name.
 pub const OBJECTIVES: &[&str] = &["geomean_speedup"];
-/// The agents a goal may name.
+/// The agents a goal file may name (SPEC section 7) ...
 pub const AGENTS: &[&str] = &["search", "llm", "command"];
+/// ... and those this build can run (`agent::for_goal`); a goal naming another is refused
+/// at enqueue rather than failing later.
+pub const AVAILABLE_AGENTS: &[&str] = &["search"];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -391,6 +394,15 @@ fn parse_agent(cx: &Ctx<'_>, raw: Option<RawAgent>) -> Result<AgentSpec, GoalErr
             format!(
                 "unknown agent kind `{kind}`; expected one of: {}",
                 AGENTS.join(", ")
+            ),
+        ));
+    }
+    if !AVAILABLE_AGENTS.contains(&kind) {
+        return Err(cx.err(
+            raw.kind.span(),
+            format!(
+                "agent kind `{kind}` is not available in this build of kerneld; use one of: {}",
+                AVAILABLE_AGENTS.join(", ")
             ),
         ));
     }
