@@ -571,4 +571,22 @@ mod tests {
         let e = parse_in(&d, "name = \"g\"\ntask = \"demo\"\nbaseline = \"cublas\"\n").unwrap_err();
         assert!(e.message.contains("reference"), "{e}");
     }
+
+    #[test]
+    fn agents_this_build_cannot_run_are_refused_at_enqueue() {
+        let d = task_fixture();
+        let e = parse_in(
+            &d,
+            "name = \"g\"\ntask = \"demo\"\n[agent]\nkind = \"llm\"\nurl = \"http://x\"\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.message.contains("not available"), "{e}");
+        let e = parse_in(
+            &d,
+            "name = \"g\"\ntask = \"demo\"\n[agent]\nkind = \"magic\"\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("search, llm, command"), "{e}");
+    }
 }
