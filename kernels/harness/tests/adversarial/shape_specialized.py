@@ -1,0 +1,27 @@
+"""Cheat: specialise to the measured shape (multiples of 16, no masks on M): rows beyond the
+last full tile are never written on odd held-out shapes. Expected: wrong_result (unwritten)."""
+import triton
+import triton.language as tl
+
+SPACE = {"X": [1]}
+
+
+@triton.jit
+def _mm(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        rk = k0 + tl.arange(0, BK)
+        x = tl.load(a + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        y = tl.load(b + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(x, y, input_precision="ieee")
+    tl.store(c + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def matmul(inputs, out, config):
+    a, b, c = inputs["a"], inputs["b"], out["c"]
+    M, K = a.shape
+    N = b.shape[1]
+    # "M is always a multiple of 16 in the benchmark"
+    _mm[(M // 16, triton.cdiv(N, 16))](a, b, c, M, N, K, BM=16, BN=16, BK=16)

@@ -1,0 +1,34 @@
+"""Cheat (run with static checks skipped): the real matmul on a side stream, so a timer on
+the main stream stops early. Defence behind the static ban: the device-wide end event.
+Expected: rejected [concurrency] (from the timing loop)."""
+import torch
+import triton
+import triton.language as tl
+
+SPACE = {"X": [1]}
+_side = []
+
+
+@triton.jit
+def _mm(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        rk = k0 + tl.arange(0, BK)
+        x = tl.load(a + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        y = tl.load(b + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(x, y, input_precision="ieee")
+    tl.store(c + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def matmul(inputs, out, config):
+    if not _side:
+        _side.append(torch.cuda.Stream())
+    s = _side[0]
+    a, b, c = inputs["a"], inputs["b"], out["c"]
+    M, K = a.shape
+    N = b.shape[1]
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        _mm[(triton.cdiv(M, 32), triton.cdiv(N, 32))](a, b, c, M, N, K, BM=32, BN=32, BK=32)

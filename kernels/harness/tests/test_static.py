@@ -1,0 +1,71 @@
+"""Static rules: each family fires with its rule name and line; honest sources pass."""
+import pytest
+from hpaths import DEMO
+
+from harness.static_check import check_source
+
+
+def rules(src, **kw):
+    return [(v.rule, v.line) for v in check_source(src, **kw)]
+
+
+def test_seed_passes():
+    assert check_source((DEMO / "seeds" / "tiled.py").read_text()) == []
+
+
+@pytest.mark.parametrize("src,rule", [
+    ("import flash_attn", "banned-import"),
+    ("from fla.ops import chunk_kda", "banned-import"),
+    ("import importlib\nm = importlib.import_module('x')", "banned-import"),
+    ("x = eval('1')", "banned-import"),
+    ("import scipy", "banned-import"),
+    ("import torch\ny = torch.einsum('ij,jk->ik', a, b)", "torch-heavy-math"),
+    ("import torch.nn.functional as F\ny = F.scaled_dot_product_attention(q, k, v)", "torch-heavy-math"),
+    ("y = a @ b", "torch-heavy-math"),
+    ("y = q.softmax(-1)", "torch-heavy-math"),
+    ("from torch import bmm", "torch-heavy-math"),
+    ("import torch\nf = torch.compile(g)", "torch-heavy-math"),
+    ("import inspect", "introspection"),
+    ("import torch\ntorch.cuda.synchronize = None", "introspection"),
+    ("g = globals()", "introspection"),
+    ("x = f.__globals__", "introspection"),
+    ("import torch\nclass T(torch.Tensor):\n    pass", "introspection"),
+    ("def __torch_function__(cls, func, types, args=(), kwargs=None):\n    pass", "introspection"),
+    ("import torch\nx = torch._C._cuda_getCurrentStream", "introspection"),
+    ("import subprocess", "concurrency"),
+    ("import torch\ns = torch.cuda.Stream()", "concurrency"),
+    ("import asyncio", "concurrency"),
+    ("import os", "io"),
+    ("import sys", "io"),
+    ("f = open('x')", "io"),
+    ("import pickle", "io"),
+    ("import time", "timer"),
+    ("import torch\ne = torch.cuda.Event(enable_timing=True)", "timer"),
+    ("from triton.testing import do_bench", "timer"),
+])
+def test_rule_fires(src, rule):
+    found = rules(src)
+    assert found, src
+    assert found[0][0] == rule, found
+    assert found[0][1] >= 1
+
+
+def test_task_banned_calls():
+    assert rules("import torch\nc = torch.addmm(c, a, b)", banned_calls=["addmm"])[0][0] == "torch-heavy-math"
+    assert rules("c = x.cumsum(0)", banned_calls=["cumsum"])[0][0] == "torch-heavy-math"
+    assert rules("c = x.cumsum(0)") == []
+
+
+def test_triton_language_is_allowed():
+    src = ("import triton\nimport triton.language as tl\n@triton.jit\ndef k(x):\n"
+           "    a = tl.dot(x, x)\n    b = tl.softmax(a)\n    c = tl.sum(b, 0)\n")
+    assert rules(src) == []
+
+
+def test_line_numbers_and_message():
+    vs = check_source("import torch\n\n\nimport threading\n")
+    assert str(vs[0]).startswith("rejected [concurrency] line 4:")
+
+
+def test_syntax_error():
+    assert rules("def f(:\n")[0][0] == "syntax"

@@ -1,0 +1,95 @@
+"""The GPU timing loop's logic, on a CPU, with the CUDA events and NVML faked by a host clock:
+interleaving, noise-targeted stopping, throttled/low-clock samples discarded, and work that
+outlives the candidate's stream (a side stream) counted instead of hidden."""
+import time
+
+import pytest
+
+from harness import device as dev
+from harness import timing
+
+
+class FakeGPU:
+    def __init__(self):
+        self.pending_until = 0.0   # "side stream" work that only a device-wide sync waits for
+        self.clock = 1980
+        self.mask = 0
+
+    def event(self, enable_timing=True):
+        return {"t": None}
+
+    def record(self, ev, stream=None):
+        ev["t"] = time.perf_counter()
+
+    def elapsed(self, a, b):
+        return (b["t"] - a["t"]) * 1e3
+
+    def sync(self):
+        while time.perf_counter() < self.pending_until:
+            pass
+
+
+def spin(us):
+    t = time.perf_counter() + us * 1e-6
+    while time.perf_counter() < t:
+        pass
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    g = FakeGPU()
+    monkeypatch.setattr(timing, "_Event", g.event)
+    monkeypatch.setattr(timing, "_record", g.record)
+    monkeypatch.setattr(timing, "_elapsed", g.elapsed)
+    monkeypatch.setattr(timing, "_event_sync", lambda ev: None)
+    monkeypatch.setattr(timing, "_sync", g.sync)
+    monkeypatch.setattr(timing, "_flush", lambda: None)
+    g.holds = []
+    monkeypatch.setattr(timing, "_gpu_sleep", lambda cycles: g.holds.append(cycles))
+    monkeypatch.setattr(dev, "max_sm_clock_mhz", lambda: 1980)
+    monkeypatch.setattr(dev, "sm_clock_mhz", lambda: g.clock)
+    monkeypatch.setattr(dev, "throttle_mask", lambda: g.mask)
+    return g
+
+
+CFG = {"warmup_ms": 1, "ramp_ms": 1, "min_reps": 10, "max_reps": 60, "target_noise_pct": 2.0}
+
+
+def test_interleaved_ratio(gpu):
+    a = timing.Side("candidate", lambda: spin(400))
+    b = timing.Side("base", lambda: spin(800))
+    r = timing.time_sides([a, b], CFG, gpu=True)
+    ca, cb = r["sides"]["candidate"], r["sides"]["base"]
+    assert 350 < ca["median_us"] < 700 and 750 < cb["median_us"] < 1300
+    assert not ca["outlasted_stream"] and not cb["outlasted_stream"]
+    assert ca["n"] >= 5 and ca["spread_pct"] is not None
+    # the GPU is held for 1.5x the measured host time + 20 us before each start event
+    assert 300 < ca["host_launch_us"] < 800 and 700 < cb["host_launch_us"] < 1500
+    assert gpu.holds and min(gpu.holds) >= int((1.5 * 300 + 20) * 1980)
+
+
+def test_side_stream_work_is_counted(gpu):
+    def hidden():
+        spin(20)
+        gpu.pending_until = time.perf_counter() + 2e-3   # 2 ms left running "elsewhere"
+    a = timing.Side("candidate", hidden)
+    r = timing.time_sides([a], CFG, gpu=True)
+    c = r["sides"]["candidate"]
+    assert c["outlasted_stream"] is True
+    assert c["stream_median_us"] < 500
+    assert c["median_us"] >= 2000          # the hidden 2 ms is in the reported time
+
+
+def test_throttled_and_low_clock_samples_discarded(gpu):
+    n = {"i": 0}
+
+    def fn():
+        n["i"] += 1
+        # every third call: a thermal slowdown bit, every fifth: the clock sagging to 60 %
+        gpu.mask = 0x20 if n["i"] % 3 == 0 else 0
+        gpu.clock = 1200 if n["i"] % 5 == 0 else 1980
+        spin(100)
+    r = timing.time_sides([timing.Side("candidate", fn)], CFG, gpu=True)
+    c = r["sides"]["candidate"]
+    assert c["discarded_samples"] > 0
+    assert "sw_thermal_slowdown" in r["throttle_reasons"]

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""The persistent evaluation worker (server half of docs/HARNESS.md section 3).
+
+    python3 -u kernels/harness/worker.py      # from any directory
+
+One JSON object per line on stdin/stdout. stdout carries protocol lines only: the real fd 1 is
+duplicated for the protocol and fd 1 is pointed at stderr, so prints from candidates, Triton
+and CUDA libraries land in the log. A candidate that raises is a result class, never a worker
+death; a CUDA error that poisons the context is answered (class "crashed", "fatal": true) and
+the worker exits with status 3 so the daemon starts a fresh one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+EXIT_FATAL_CUDA = 3
+MAX_LINE = 4 * 2**20
+
+
+def _protocol_stream():
+    """Keep the real stdout for protocol lines; everything else written to fd 1 goes to stderr."""
+    sys.stdout.flush()
+    proto_fd = os.dup(1)
+    os.dup2(2, 1)
+    proto = os.fdopen(proto_fd, "w", buffering=1, encoding="utf-8", newline="\n")
+    sys.stdout = sys.stderr
+    return proto
+
+
+def _limits():
+    """Resource limits from env (KERNELD_WORKER_MAX_FILES, _MAX_PROCS, _MAX_AS_MB); AS only in CPU mode."""
+    try:
+        import resource
+    except ImportError:
+        return {}
+    applied = {}
+
+    def setlim(res, env, default, scale=1):
+        v = os.environ.get(env, default)
+        if v in (None, "", "0", "unlimited"):
+            return
+        soft, hard = resource.getrlimit(res)
+        want = int(v) * scale
+        if hard != resource.RLIM_INFINITY:
+            want = min(want, hard)
+        try:
+            resource.setrlimit(res, (want, hard))
+            applied[env] = want
+        except (ValueError, OSError):
+            pass
+
+    setlim(resource.RLIMIT_NOFILE, "KERNELD_WORKER_MAX_FILES", "4096")
+    setlim(resource.RLIMIT_NPROC, "KERNELD_WORKER_MAX_PROCS", None)
+    if os.environ.get("TRITON_INTERPRET") == "1" or os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        setlim(resource.RLIMIT_AS, "KERNELD_WORKER_MAX_AS_MB", None, 2**20)
+    setlim(resource.RLIMIT_CORE, "KERNELD_WORKER_MAX_CORE", "0")
+    return applied
+
+
+def main() -> int:
+    proto = _protocol_stream()
+    here = os.path.dirname(os.path.abspath(__file__))
+    kernels_dir = os.path.dirname(here)
+    # run as a script, sys.path[0] is this directory: its modules must not shadow the stdlib
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    if kernels_dir not in sys.path:
+        sys.path.insert(0, kernels_dir)
+    # never let a worker talk to systemd
+    os.environ.pop("NOTIFY_SOCKET", None)
+    limits = _limits()
+
+    def clean(x):
+        # JSON has no NaN/Infinity: a non-finite figure is "not measured"
+        if isinstance(x, float):
+            return x if x == x and x not in (float("inf"), float("-inf")) else None
+        if isinstance(x, dict):
+            return {str(k): clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+
+    def send(obj):
+        line = json.dumps(clean(obj), allow_nan=False, default=str)
+        proto.write(line + "\n")
+        proto.flush()
+
+    import platform
+
+    import torch
+    import triton
+
+    from harness import device as dev
+    from harness import evaluate as ev
+    from harness.correctness import FatalCudaError
+
+    cpu = dev.cpu_mode()
+    if not cpu:
+        torch.cuda.init()
+        torch.empty(1, device="cuda")  # create the context now, not in the first evaluation
+    send({"event": "ready", "pid": os.getpid(), "mode": "cpu" if cpu else "gpu", "torch": torch.__version__,
+          "triton": triton.__version__, "python": platform.python_version(), "device": dev.identity(),
+          "limits": limits})
+
+    for raw in sys.stdin.buffer:
+        if len(raw) > MAX_LINE:
+            send({"id": None, "ok": False, "error": f"request line longer than {MAX_LINE} bytes"})
+            continue
+        line = raw.decode("utf-8", errors="replace").strip()
+        if not line:
+            continue
+        rid = None
+        try:
+            req = json.loads(line)
+            if not isinstance(req, dict):
+                raise ValueError("a request must be a JSON object")
+            rid = req.get("id")
+            op = req.get("op")
+            if op == "shutdown":
+                send({"id": rid, "ok": True})
+                return 0
+            if op == "ping":
+                send({"id": rid, "ok": True, "pid": os.getpid()})
+            elif op == "describe":
+                send({"id": rid, "ok": True, **ev.describe(req)})
+            elif op == "evaluate":
+                send({"id": rid, "ok": True, "result": ev.evaluate(req)})
+            else:
+                send({"id": rid, "ok": False, "error": f"unknown op {op!r} (describe | evaluate | shutdown)"})
+        except FatalCudaError as e:
+            _fatal(send, rid, str(e))
+            return EXIT_FATAL_CUDA
+        except ev.RequestError as e:
+            send({"id": rid, "ok": False, "error": str(e)})
+        except (json.JSONDecodeError, ValueError, TypeError, KeyError) as e:
+            send({"id": rid, "ok": False, "error": f"bad request: {type(e).__name__}: {e}"})
+        except Exception as e:
+            # anything else: a harness or task problem; if CUDA is poisoned we must not go on
+            if not cpu and dev.is_fatal_cuda_error(e):
+                _fatal(send, rid, f"{type(e).__name__}: {e}")
+                return EXIT_FATAL_CUDA
+            traceback.print_exc()
+            send({"id": rid, "ok": False, "error": f"internal error: {type(e).__name__}: {e}"})
+        if not cpu and not _cuda_healthy():
+            print("worker: CUDA context unhealthy after request; exiting", file=sys.stderr)
+            return EXIT_FATAL_CUDA
+    return 0
+
+
+def _fatal(send, rid, message):
+    print(f"worker: fatal CUDA error, exiting: {message}", file=sys.stderr)
+    try:
+        send({"id": rid, "ok": True, "fatal": True, "result": {
+            "class": "crashed", "message": f"CUDA context poisoned: {message[:2000]}", "correct": False,
+            "interpreted": False, "speedup": None, "spread_pct": None, "shapes": [], "checks": [],
+            "profile": None, "device": None}})
+    except Exception:
+        pass
+
+
+def _cuda_healthy() -> bool:
+    import torch
+    try:
+        torch.cuda.synchronize()
+        return True
+    except Exception:
+        return False
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stderr.flush()
+    # os._exit: skip interpreter teardown (CUDA/Triton atexit handlers can hang in a bad context)
+    os._exit(code)
