@@ -1017,6 +1017,7 @@ mod tests {
                     iteration: 3,
                     since_ms: 10_000,
                 }),
+                worker_pid: Some(4242),
                 evaluations: 5,
                 busy_s: 75.0,
             }],

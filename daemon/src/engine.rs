@@ -43,6 +43,8 @@ const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(120);
 const SEEDS_PER_EVALUATION: usize = 3;
 /// Evaluation records kept in `show`.
 const RECENT: usize = 20;
+/// How long a worker may take to abandon an evaluation (pause, cancel) before it is killed.
+const ABORT_GRACE: Duration = Duration::from_secs(3);
 /// A device drained for throttling during a measurement is retried after this.
 const THROTTLE_COOLDOWN: Duration = Duration::from_secs(60);
 
@@ -894,8 +896,16 @@ impl Engine {
         let reply = tokio::select! {
             r = w.call(req, self.cfg.eval_timeout) => r,
             _ = cancel.cancelled() => {
-                // Pause, cancel, completion or shutdown: the GPU is freed at once.
-                Self::discard(worker).await;
+                // Pause, cancel, completion or shutdown: the GPU is freed at once. The
+                // worker abandons the evaluation and stays; one that does not answer
+                // (a kernel that never returns) is killed.
+                let kept = match worker.as_mut() {
+                    Some(w) if !self.stopping.is_cancelled() => w.interrupt(ABORT_GRACE).await,
+                    _ => false,
+                };
+                if !kept {
+                    Self::discard(worker).await;
+                }
                 let why = why.lock().unwrap().clone().unwrap_or_else(|| "daemon stopping".into());
                 self.abort(goal, p, &device, &why).await?;
                 return Ok(None);
@@ -1571,6 +1581,7 @@ impl Engine {
                 health: s.health.clone(),
                 health_reason: s.health_reason.clone(),
                 lease: s.lease.clone(),
+                worker_pid: s.worker_pid,
                 evaluations: s.evaluations,
                 busy_s: (s.busy + s.leased_at.map_or(Duration::ZERO, |t| t.elapsed()))
                     .as_secs_f64(),

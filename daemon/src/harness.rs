@@ -232,6 +232,26 @@ impl Worker {
         }
     }
 
+    /// Asks the worker to abandon the request in flight (SIGINT: it answers that request
+    /// and stays usable, see kernels/harness/worker.py). True when it answered within
+    /// `grace`; otherwise its state is unknown and the caller must `kill` it.
+    pub async fn interrupt(&mut self, grace: Duration) -> bool {
+        let id = self.next_id.saturating_sub(1);
+        if nix::sys::signal::kill(self.pgid, Signal::SIGINT).is_err() {
+            return false;
+        }
+        let answered = async {
+            loop {
+                match self.read_line().await {
+                    Ok(v) if v.get("id").and_then(Value::as_u64) == Some(id) => return true,
+                    Ok(_) => continue,
+                    Err(_) => return false,
+                }
+            }
+        };
+        matches!(tokio::time::timeout(grace, answered).await, Ok(true))
+    }
+
     /// Kills the worker's whole process group and reaps it.
     pub async fn kill(mut self) {
         self.kill_group();

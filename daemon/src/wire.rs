@@ -359,6 +359,9 @@ pub struct GpuStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_reason: Option<String>,
     pub lease: Option<LeaseInfo>,
+    /// The slot's harness worker process (also its process group), when one is running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_pid: Option<u32>,
     /// Evaluations this slot has run since the daemon started.
     pub evaluations: u64,
     /// Seconds this slot spent leased since the daemon started.

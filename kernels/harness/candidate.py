@@ -89,6 +89,8 @@ def load_candidate(path: str | Path, banned_calls=()) -> Candidate:
     except Rejected:
         raise
     except BaseException as e:  # SystemExit at import time must not end the worker either
+        if type(e).__name__ == "Abandon":   # the daemon's SIGINT (harness.correctness.Abandon)
+            raise
         sys.modules.pop(modname, None)
         raise ImportFailed(f"importing the candidate failed: {type(e).__name__}: {e}") from e
     space = getattr(mod, "SPACE", {}) or {}

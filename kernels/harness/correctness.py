@@ -30,6 +30,10 @@ class FatalCudaError(Exception):
     """The CUDA context is poisoned: the worker must reply and exit."""
 
 
+class Abandon(BaseException):
+    """The daemon asked (SIGINT) to abandon the request in flight; never a candidate's verdict."""
+
+
 class CheckFailure(Exception):
     def __init__(self, cls: str, message: str, rule: str | None = None):
         super().__init__(message)
@@ -196,7 +200,7 @@ def call_candidate(fn, inputs: dict, out: dict, config: dict, banned, where: str
         with audit:
             ret = fn(in_view, out_view, dict(config))
         sync()
-    except (CheckFailure, FatalCudaError):
+    except (CheckFailure, FatalCudaError, Abandon):
         raise
     except Exception as e:
         raise classify_exception(e, where)

@@ -13,10 +13,34 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import traceback
 
 EXIT_FATAL_CUDA = 3
+
+# SIGINT from the daemon means "abandon the request in flight" (a pause or cancel): the
+# worker answers that request with `aborted` and stays usable, which spares the next
+# evaluation a worker restart. Between requests the signal is ignored. A kernel that never
+# returns keeps Python from handling it; the daemon then kills the process group.
+_busy = False
+
+
+def _on_sigint(signum, frame):
+    if _busy:
+        from harness.correctness import Abandon
+        raise Abandon()
+
+
+class _Busy:
+    def __enter__(self):
+        global _busy
+        _busy = True
+
+    def __exit__(self, *exc):
+        global _busy
+        _busy = False
+        return False
 MAX_LINE = 4 * 2**20
 
 
@@ -94,8 +118,9 @@ def main() -> int:
 
     from harness import device as dev
     from harness import evaluate as ev
-    from harness.correctness import FatalCudaError
+    from harness.correctness import Abandon, FatalCudaError
 
+    signal.signal(signal.SIGINT, _on_sigint)
     cpu = dev.cpu_mode()
     if not cpu:
         torch.cuda.init()
@@ -124,11 +149,21 @@ def main() -> int:
             if op == "ping":
                 send({"id": rid, "ok": True, "pid": os.getpid()})
             elif op == "describe":
-                send({"id": rid, "ok": True, **ev.describe(req)})
+                with _Busy():
+                    reply = {"id": rid, "ok": True, **ev.describe(req)}
+                send(reply)
             elif op == "evaluate":
-                send({"id": rid, "ok": True, "result": ev.evaluate(req)})
+                with _Busy():
+                    reply = {"id": rid, "ok": True, "result": ev.evaluate(req)}
+                send(reply)
             else:
                 send({"id": rid, "ok": False, "error": f"unknown op {op!r} (describe | evaluate | shutdown)"})
+        except Abandon:
+            # Let whatever was launched finish, so the next request starts on an idle GPU.
+            if not cpu:
+                torch.cuda.synchronize()
+            send({"id": rid, "ok": False, "aborted": True, "error": "request abandoned at the daemon's request"})
+            continue
         except FatalCudaError as e:
             _fatal(send, rid, str(e))
             return EXIT_FATAL_CUDA

@@ -165,6 +165,8 @@ fn priority_then_fair_share_then_pause_hands_over() {
     );
 
     // Pausing it hands the device to the others at once.
+    let worker_before = d.gpus().devices[0].worker_pid;
+    assert!(worker_before.is_some());
     let paused_at = Instant::now();
     d.call("pause", json!({"goal": hi}));
     let handed = d.wait(Duration::from_secs(30), |d| {
@@ -179,7 +181,26 @@ fn priority_then_fair_share_then_pause_hands_over() {
     );
     eprintln!("lease hand-over after pause: {:?}", paused_at.elapsed());
     let ev = d.events();
-    assert!(ev.iter().any(|e| matches!(&e.kind, EventKind::EvaluationAborted { reason, .. } if reason.contains("paused"))));
+    let abort = ev
+        .iter()
+        .find(|e| matches!(&e.kind, EventKind::EvaluationAborted { reason, .. } if reason.contains("paused")))
+        .expect("the paused goal's evaluation was aborted and recorded");
+    assert!(d.wait(Duration::from_secs(30), |d| d
+        .events()
+        .iter()
+        .any(
+            |e| e.seq > abort.seq && matches!(e.kind, EventKind::EvaluationStarted { .. })
+        )));
+    let ev = d.events();
+    let next = ev
+        .iter()
+        .find(|e| e.seq > abort.seq && matches!(e.kind, EventKind::EvaluationStarted { .. }))
+        .unwrap();
+    // The worker abandons the evaluation (SIGINT) and stays: no worker restart in between.
+    eprintln!(
+        "abort → next evaluation started: {} ms",
+        next.time_ms - abort.time_ms
+    );
     // No device was ever leased twice: every start on it follows the previous end.
     assert_no_double_lease(&ev);
 }

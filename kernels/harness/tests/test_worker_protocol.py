@@ -136,3 +136,29 @@ def test_killpg_on_hang():
     w2.ask({"id": 1, "op": "shutdown"})
     assert w2.p.wait(timeout=30) == 0
     assert time.time() - t0 < 60
+
+
+def test_sigint_abandons_the_request_and_the_worker_stays():
+    """The daemon's pause/cancel: SIGINT makes the worker answer the request in flight with
+    `aborted` and keep serving; between requests SIGINT is ignored."""
+    import signal
+
+    w = Worker(cwd="/tmp")
+    try:
+        w.p.send_signal(signal.SIGINT)              # idle: ignored
+        assert w.ask({"id": 1, "op": "ping"})["ok"]
+        hang = str(HERE / "faults" / "python_hang.py")
+        w.send_raw((json.dumps({"id": 2, "op": "evaluate", "task_dir": str(DEMO), "candidate": hang,
+                                "config": {"X": 1}, "shapes": ["m512"], "baseline": "torch_fp32",
+                                "seeds": [1]}) + "\n").encode())
+        time.sleep(3.0)                             # well inside the candidate's endless loop
+        w.p.send_signal(signal.SIGINT)
+        r = w.read()
+        assert r["id"] == 2 and r["ok"] is False and r.get("aborted") is True, r
+        again = w.ask({"id": 3, "op": "evaluate", "task_dir": str(DEMO), "candidate": SEED, "config": {},
+                       "shapes": ["m512"], "baseline": "torch_fp32", "seeds": [1]})
+        assert again["id"] == 3 and again["ok"] and again["result"]["class"] == "ok", again
+        assert w.p.poll() is None
+    finally:
+        w.p.kill()
+        w.p.wait()
