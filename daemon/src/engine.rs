@@ -249,11 +249,15 @@ impl Engine {
             self.warm(slot);
         }
         let mut ticks: u32 = 0;
+        // An interval, not a sleep per loop: wake-ups come more often than TICK on a busy
+        // daemon, and a sleep restarted on each would never fire.
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.dispatch();
             tokio::select! {
                 _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(TICK) => {
+                _ = tick.tick() => {
                     ticks = ticks.wrapping_add(1);
                     self.check_wall_budgets().await;
                     if ticks.is_multiple_of(HEALTH_EVERY) {

@@ -286,3 +286,20 @@ fn malformed_requests_get_standard_errors() {
     let v: serde_json::Value = serde_json::from_str(&reply).unwrap();
     assert_eq!(v["error"]["code"], -32600);
 }
+
+#[test]
+fn the_wall_budget_ends_a_busy_goal() {
+    let dir = TempDir::new("wall");
+    let d = Daemon::start(dir.path());
+    let goal = dir.path().join("wall.toml");
+    std::fs::write(
+        &goal,
+        "name = \"wall\"\ntask = \"demo\"\n[budget]\nwall = \"6s\"\n",
+    )
+    .unwrap();
+    let id = enqueue(&d, &goal);
+    let g = d.wait_terminal(&id, Duration::from_secs(60));
+    assert_eq!(g.state, GoalState::Completed);
+    assert_eq!(g.reason.as_deref(), Some("budget_wall"));
+    assert!(g.wall_s >= 6.0 && g.wall_s < 20.0, "wall {}", g.wall_s);
+}
