@@ -543,30 +543,24 @@ fn spec_fields(spec: &GoalSpec) -> Vec<(&'static str, String)> {
 
 fn budget_text(spec: &GoalSpec) -> String {
     let b = &spec.budget;
-    let parts: Vec<String> = [
+    joined_or_none([
         b.wall_s.map(|s| format!("wall {}", duration(s as f64))),
         b.iterations.map(|n| format!("{n} iterations")),
         b.gpu_hours.map(|h| format!("{h} GPU-hours")),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    if parts.is_empty() {
-        "none".into()
-    } else {
-        parts.join(" · ")
-    }
+    ])
 }
 
 fn stop_text(spec: &GoalSpec) -> String {
     let s = &spec.stop;
-    let parts: Vec<String> = [
+    joined_or_none([
         s.target_speedup.map(|t| format!("target {}", speedup(t))),
         s.plateau.map(|p| format!("plateau {p} iterations")),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+    ])
+}
+
+/// The present parts joined with " · ", or "none".
+fn joined_or_none<const N: usize>(parts: [Option<String>; N]) -> String {
+    let parts: Vec<String> = parts.into_iter().flatten().collect();
     if parts.is_empty() {
         "none".into()
     } else {
