@@ -303,3 +303,37 @@ fn the_wall_budget_ends_a_busy_goal() {
     assert_eq!(g.reason.as_deref(), Some("budget_wall"));
     assert!(g.wall_s >= 6.0 && g.wall_s < 20.0, "wall {}", g.wall_s);
 }
+
+#[test]
+fn goal_files_dropped_in_the_spool_are_enqueued_or_rejected_with_a_reason() {
+    let dir = TempDir::new("spool");
+    let spool = dir.path().join("spool");
+    std::fs::create_dir_all(&spool).unwrap();
+    let d = Daemon::start_with(dir.path(), &["--spool", spool.to_str().unwrap()]);
+    // Written elsewhere and renamed in, as an editor or `mv` would.
+    let good = demo_goal(dir.path(), "spooled", 1, "");
+    std::fs::rename(&good, spool.join("spooled.toml")).unwrap();
+    std::fs::write(
+        spool.join("broken.toml"),
+        "name = \"b\"\ntask = \"demo\"\nbogus = 1\n",
+    )
+    .unwrap();
+
+    assert!(
+        d.wait_until(Duration::from_secs(30), |d| d
+            .status()
+            .iter()
+            .any(|g| g.name == "spooled")),
+        "the spooled goal was not enqueued\n{}",
+        d.log_text()
+    );
+    assert!(d.wait_until(Duration::from_secs(10), |_| spool
+        .join("done/spooled.toml")
+        .is_file()));
+    assert!(d.wait_until(Duration::from_secs(10), |_| spool
+        .join("rejected/broken.toml.error")
+        .is_file()));
+    let why = std::fs::read_to_string(spool.join("rejected/broken.toml.error")).unwrap();
+    assert!(why.contains("bogus"), "{why}");
+    assert_eq!(d.status().len(), 1);
+}
