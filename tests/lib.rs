@@ -168,8 +168,19 @@ impl Daemon {
         all.remove(0)
     }
 
+    /// Every event after `after`, reading page after page as a client must.
     pub fn events(&self, after: u64) -> Vec<Event> {
-        serde_json::from_value(self.call(wire::method::EVENTS, json!({"after": after}))).unwrap()
+        let mut all: Vec<Event> = Vec::new();
+        loop {
+            let from = all.last().map_or(after, |e| e.seq);
+            let page: Vec<Event> =
+                serde_json::from_value(self.call(wire::method::EVENTS, json!({"after": from})))
+                    .unwrap();
+            if page.is_empty() {
+                return all;
+            }
+            all.extend(page);
+        }
     }
 
     /// Waits until the goal is in a terminal state, or panics with the log.

@@ -554,11 +554,33 @@ fn print_event(ctx: &Ctx, value: &Value) -> Result<(), Failure> {
 
 fn events(ctx: &Ctx, params: EventsParams) -> Result<u8, Failure> {
     if !params.follow {
-        let list: Vec<Value> = decode(method::EVENTS, ctx.call_value(method::EVENTS, &params)?)?;
-        for value in &list {
-            print_event(ctx, value)?;
+        if params.limit.is_some() {
+            let list: Vec<Value> =
+                decode(method::EVENTS, ctx.call_value(method::EVENTS, &params)?)?;
+            for value in &list {
+                print_event(ctx, value)?;
+            }
+            return Ok(0);
         }
-        return Ok(0);
+        // Everything: the daemon answers a page at a time; an empty page means the end.
+        let mut page = EventsParams {
+            after: Some(params.after.unwrap_or(0)),
+            ..params
+        };
+        loop {
+            let list: Vec<Value> = decode(method::EVENTS, ctx.call_value(method::EVENTS, &page)?)?;
+            let Some(last) = list
+                .last()
+                .and_then(|v| v.get("seq"))
+                .and_then(Value::as_u64)
+            else {
+                return Ok(0);
+            };
+            for value in &list {
+                print_event(ctx, value)?;
+            }
+            page.after = Some(last);
+        }
     }
     let (backlog, mut stream) = ctx.connect()?.follow(params)?;
     for value in &backlog {

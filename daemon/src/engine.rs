@@ -41,6 +41,8 @@ const HEALTH_EVERY: u32 = 3;
 const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Correctness seeds per evaluation.
 const SEEDS_PER_EVALUATION: usize = 3;
+/// Most events in one `events` reply.
+pub const EVENTS_PAGE: usize = 2000;
 /// Evaluation records kept in `show`.
 const RECENT: usize = 20;
 /// How long a worker may take to abandon an evaluation (pause, cancel) before it is killed.
@@ -1540,17 +1542,31 @@ impl Engine {
     pub async fn events(&self, p: &EventsParams) -> RpcResult<Vec<Event>> {
         let goal = p.goal.as_deref().map(|g| self.resolve(g)).transpose()?;
         let store = self.store.clone();
-        let (after, limit) = (p.after, p.limit.map(|l| l as usize));
-        tokio::task::spawn_blocking(move || match after {
-            Some(a) => store.events(goal.as_deref(), a, limit.unwrap_or(usize::MAX)),
-            None => match limit {
-                Some(l) => store.last_events(goal.as_deref(), l),
-                None => store.events(goal.as_deref(), 0, usize::MAX),
-            },
+        // One reply holds at most a page: a day's log does not fit in one line. Clients
+        // page forward with `after` (an empty page means caught up).
+        let given = p.limit.is_some();
+        let (after, limit) = (
+            p.after,
+            p.limit
+                .map_or(EVENTS_PAGE, |l| (l as usize).min(EVENTS_PAGE)),
+        );
+        let mut evs = tokio::task::spawn_blocking(move || match (after, given) {
+            (Some(a), _) => store.events(goal.as_deref(), a, limit),
+            (None, true) => store.last_events(goal.as_deref(), limit),
+            (None, false) => store.events(goal.as_deref(), 0, limit),
         })
         .await
         .map_err(internal)?
-        .map_err(internal)
+        .map_err(internal)?;
+        // ... and at most half a line's bytes, whatever the events' sizes.
+        let mut bytes = 0usize;
+        if let Some(cut) = evs.iter().position(|e| {
+            bytes += serde_json::to_string(e).map_or(0, |t| t.len() + 1);
+            bytes > MAX_LINE / 2
+        }) {
+            evs.truncate(cut.max(1));
+        }
+        Ok(evs)
     }
 
     /// Resolves a goal reference for event filtering (follow mode).

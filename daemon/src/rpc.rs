@@ -221,6 +221,8 @@ async fn follow(
         &Response::ok(id, serde_json::to_value(&backlog)?),
     )
     .await?;
+    // The rest of a long backlog follows as notifications.
+    catch_up(&mut conn, &engine, &goal, &mut last).await?;
     loop {
         tokio::select! {
             ev = rx.recv() => match ev {
@@ -229,17 +231,11 @@ async fn follow(
                         continue;
                     }
                     last = ev.seq;
-                    let n = Notification { jsonrpc: "2.0".into(), method: method::EVENT_NOTIFICATION.into(), params: serde_json::to_value(&ev)? };
-                    send(&mut conn, &n).await?;
+                    send(&mut conn, &event_notification(&ev)?).await?;
                 }
+                // Too slow a reader: catch up from the log itself.
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    // Too slow a reader: catch up from the log itself.
-                    let catch_up = engine.events(&EventsParams { goal: goal.clone(), after: Some(last), limit: None, follow: false }).await.unwrap_or_default();
-                    for ev in catch_up {
-                        last = ev.seq;
-                        let n = Notification { jsonrpc: "2.0".into(), method: method::EVENT_NOTIFICATION.into(), params: serde_json::to_value(&ev)? };
-                        send(&mut conn, &n).await?;
-                    }
+                    catch_up(&mut conn, &engine, &goal, &mut last).await?
                 }
                 Err(_) => return Ok(()),
             },
@@ -248,4 +244,37 @@ async fn follow(
             _ = stop.cancelled() => return Ok(()),
         }
     }
+}
+
+/// Sends, as notifications, every logged event after `last` (page by page).
+async fn catch_up(
+    conn: &mut Conn,
+    engine: &Engine,
+    goal: &Option<String>,
+    last: &mut u64,
+) -> anyhow::Result<()> {
+    loop {
+        let page = EventsParams {
+            goal: goal.clone(),
+            after: Some(*last),
+            limit: None,
+            follow: false,
+        };
+        let more = engine.events(&page).await.unwrap_or_default();
+        if more.is_empty() {
+            return Ok(());
+        }
+        for ev in more {
+            *last = ev.seq;
+            send(conn, &event_notification(&ev)?).await?;
+        }
+    }
+}
+
+fn event_notification(ev: &Event) -> serde_json::Result<Notification> {
+    Ok(Notification {
+        jsonrpc: "2.0".into(),
+        method: method::EVENT_NOTIFICATION.into(),
+        params: serde_json::to_value(ev)?,
+    })
 }
