@@ -113,7 +113,7 @@ struct State {
 }
 
 pub struct Engine {
-    cfg: Config,
+    cfg: std::sync::RwLock<Config>,
     store: Arc<Store>,
     devices: Arc<dyn DeviceLayer>,
     state: Mutex<State>,
@@ -167,7 +167,7 @@ impl Engine {
         }
         let (events, _) = broadcast::channel(4096);
         let engine = Arc::new(Engine {
-            cfg,
+            cfg: std::sync::RwLock::new(cfg),
             store,
             devices,
             state: Mutex::new(State { goals: map, slots }),
@@ -200,8 +200,45 @@ impl Engine {
         &self.store
     }
 
-    pub fn config(&self) -> &Config {
-        &self.cfg
+    /// The configuration in force (SIGHUP or an edit of the file may change it).
+    pub fn config(&self) -> std::sync::RwLockReadGuard<'_, Config> {
+        self.cfg.read().unwrap()
+    }
+
+    /// Applies a re-read configuration file. Settings read at each use (timeouts,
+    /// attempts, the worker's Python and limits, the admin group) take effect for the
+    /// next evaluation or worker; where the state, the socket or the devices live needs
+    /// a restart, and is said so. Returns what changed, for the log.
+    pub fn reload(&self, new: Config) -> Vec<String> {
+        let mut cfg = self.cfg.write().unwrap();
+        let mut changed = Vec::new();
+        macro_rules! take {
+            ($($field:ident),*) => {$(
+                if format!("{:?}", cfg.$field) != format!("{:?}", new.$field) {
+                    changed.push(format!("{} = {:?}", stringify!($field), new.$field));
+                    cfg.$field = new.$field.clone();
+                }
+            )*};
+        }
+        take!(
+            python,
+            kernels_dir,
+            eval_timeout,
+            worker_start_timeout,
+            worker_max_files,
+            worker_max_address_space_cpu,
+            admin_group,
+            max_attempts
+        );
+        macro_rules! restart_only {
+            ($($field:ident),*) => {$(
+                if format!("{:?}", cfg.$field) != format!("{:?}", new.$field) {
+                    changed.push(format!("{} changed: takes effect after a restart", stringify!($field)));
+                }
+            )*};
+        }
+        restart_only!(state_dir, socket, gpu_allow, force_cpu, spool_dir);
+        changed
     }
 
     // -- committing -----------------------------------------------------------
@@ -442,20 +479,20 @@ impl Engine {
     fn worker_spec(&self, slot: usize) -> WorkerSpec {
         let info = self.state.lock().unwrap().slots[slot].info.clone();
         WorkerSpec {
-            python: self.cfg.python.clone(),
-            script: self.cfg.worker_script(),
+            python: self.config().python.clone(),
+            script: self.config().worker_script(),
             gpu_uuid: if info.is_gpu {
                 Some(info.uuid.clone())
             } else {
                 None
             },
-            max_files: self.cfg.worker_max_files,
+            max_files: self.config().worker_max_files,
             max_address_space: if info.is_gpu {
                 0
             } else {
-                self.cfg.worker_max_address_space_cpu
+                self.config().worker_max_address_space_cpu
             },
-            start_timeout: self.cfg.worker_start_timeout,
+            start_timeout: self.config().worker_start_timeout,
         }
     }
 
@@ -642,7 +679,7 @@ impl Engine {
 
     /// Writes a candidate's source where the worker can load it; content-addressed.
     fn source_file(&self, source: &str) -> anyhow::Result<PathBuf> {
-        let dir = self.cfg.sources_dir();
+        let dir = self.config().sources_dir();
         let path = dir.join(format!("{}.py", store::source_hash(source)));
         if !path.is_file() {
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -699,7 +736,7 @@ impl Engine {
                 .find(|p| !active.contains(&p.iteration))
                 .cloned()
             {
-                if p.attempts >= self.cfg.max_attempts {
+                if p.attempts >= self.config().max_attempts {
                     let msg = format!(
                         "started {} times without a result (the daemon or its worker died each time); quarantined",
                         p.attempts
@@ -900,7 +937,7 @@ impl Engine {
         let started = Instant::now();
         let w = worker.as_mut().expect("ensured");
         let reply = tokio::select! {
-            r = w.call(req, self.cfg.eval_timeout) => r,
+            r = w.call(req, self.config().eval_timeout) => r,
             _ = cancel.cancelled() => {
                 // Pause, cancel, completion or shutdown: the GPU is freed at once. The
                 // worker abandons the evaluation and stays; one that does not answer
@@ -1298,7 +1335,7 @@ impl Engine {
         if uid == 0 || uid == owner || uid == nix::unistd::geteuid().as_raw() {
             return true;
         }
-        let Some(group) = &self.cfg.admin_group else {
+        let Some(group) = &self.config().admin_group else {
             return false;
         };
         let Ok(Some(g)) = nix::unistd::Group::from_name(group) else {
@@ -1326,7 +1363,7 @@ impl Engine {
                 "kerneld is stopping; enqueue again once it is back",
             ));
         }
-        let kernels = self.cfg.kernels_dir.clone();
+        let kernels = self.config().kernels_dir.clone();
         let (path, source) = (params.path.clone(), params.source.clone());
         let spec =
             tokio::task::spawn_blocking(move || crate::goal::parse(&path, &source, &kernels))
@@ -1620,7 +1657,7 @@ impl Engine {
             protocol: PROTOCOL,
             pid: std::process::id(),
             mode: self.devices.mode().into(),
-            state_dir: self.cfg.state_dir.display().to_string(),
+            state_dir: self.config().state_dir.display().to_string(),
             last_seq: self.store.last_seq().map_err(internal)?,
         })
     }

@@ -13,6 +13,7 @@ pub mod gpu;
 pub mod harness;
 pub mod paths;
 pub mod projection;
+pub mod reconfigure;
 pub mod rpc;
 pub mod scheduler;
 pub mod spool;
@@ -33,6 +34,8 @@ pub struct RunOptions {
     pub devices: Option<Arc<dyn gpu::DeviceLayer>>,
     /// Called once the socket accepts connections (systemd READY=1).
     pub on_ready: Option<Box<dyn FnOnce() + Send>>,
+    /// How to rebuild the configuration on a reload, and the SIGHUP that asks for one.
+    pub reconfigure: Option<(reconfigure::Rebuild, Arc<tokio::sync::Notify>)>,
 }
 
 /// Runs the daemon until `shutdown` is cancelled, then stops cleanly: evaluations in
@@ -79,6 +82,14 @@ pub async fn run_with(
         .clone()
         .map(|dir| tokio::spawn(spool::watch(dir, engine.clone(), shutdown.clone())));
     let scheduler = tokio::spawn(engine.clone().run());
+    if let Some((rebuild, hup)) = opts.reconfigure {
+        tokio::spawn(reconfigure::run(
+            engine.clone(),
+            rebuild,
+            hup,
+            shutdown.clone(),
+        ));
+    }
     if let Some(ready) = opts.on_ready {
         ready();
     }

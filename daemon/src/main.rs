@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use kerneld::{paths, Config, RunOptions};
 
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(
     name = "kerneld",
     version,
@@ -119,13 +119,14 @@ fn main() -> ExitCode {
     // once: registering a handler removed the default action); SIGHUP re-reads the
     // configuration file and reports what it found.
     let sig_shutdown = shutdown.clone();
-    let reload_from = cfg.config_file.clone();
+    let hup = std::sync::Arc::new(tokio::sync::Notify::new());
+    let sig_hup = hup.clone();
     match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
         Ok(mut signals) => {
             std::thread::spawn(move || {
                 for sig in signals.forever() {
                     match sig {
-                        SIGHUP => reload(&reload_from),
+                        SIGHUP => sig_hup.notify_one(),
                         _ if sig_shutdown.is_cancelled() => {
                             eprintln!("kerneld: second stop signal, exiting now");
                             std::process::exit(130);
@@ -144,7 +145,9 @@ fn main() -> ExitCode {
         }
     }
 
+    let rebuild_cli = cli.clone();
     let opts = RunOptions {
+        reconfigure: Some((Box::new(move || build_config(&rebuild_cli)), hup)),
         devices: None,
         on_ready: Some(Box::new(|| {
             let _ = sd_notify::notify(
@@ -176,20 +179,5 @@ fn main() -> ExitCode {
             eprintln!("kerneld: {e:#}");
             ExitCode::from(1)
         }
-    }
-}
-
-/// SIGHUP: validate the configuration file again. Settings are applied at start;
-/// a reload that finds an error says so instead of leaving a broken file unnoticed.
-fn reload(file: &Option<PathBuf>) {
-    match file {
-        None => tracing::info!("SIGHUP: no configuration file in use; nothing to reload"),
-        Some(f) => match Config::new(PathBuf::new(), PathBuf::new()).merge_file(f) {
-            Ok(_) => tracing::info!(
-                "SIGHUP: {} is valid; restart kerneld to apply changed settings",
-                f.display()
-            ),
-            Err(e) => tracing::error!("SIGHUP: {e}"),
-        },
     }
 }

@@ -337,3 +337,44 @@ fn goal_files_dropped_in_the_spool_are_enqueued_or_rejected_with_a_reason() {
     assert!(why.contains("bogus"), "{why}");
     assert_eq!(d.status().len(), 1);
 }
+
+#[test]
+fn the_configuration_reloads_on_sighup_and_on_edit() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let dir = TempDir::new("reload");
+    let conf = dir.path().join("kerneld.toml");
+    std::fs::write(&conf, "eval_timeout = \"15m\"\n").unwrap();
+    let d = Daemon::start_with(dir.path(), &["--config", conf.to_str().unwrap()]);
+
+    // An edit (write a new file, rename it over the old one, as editors do) is picked up.
+    let tmp = dir.path().join("kerneld.toml.new");
+    std::fs::write(&tmp, "eval_timeout = \"20m\"\nmax_attempts = 5\n").unwrap();
+    std::fs::rename(&tmp, &conf).unwrap();
+    assert!(
+        d.wait_until(Duration::from_secs(10), |d| d
+            .log_text()
+            .contains("max_attempts = 5")),
+        "edit not applied:\n{}",
+        d.log_text()
+    );
+    // A broken file is refused and the running configuration stays.
+    std::fs::write(&conf, "eval_timeout = \"soon\"\n").unwrap();
+    assert!(d.wait_until(Duration::from_secs(10), |d| d
+        .log_text()
+        .contains("NOT reloaded")));
+    // SIGHUP reloads too.
+    std::fs::write(&conf, "eval_timeout = \"30m\"\n").unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    kill(Pid::from_raw(d.child.id() as i32), Signal::SIGHUP).unwrap();
+    assert!(d.wait_until(Duration::from_secs(10), |d| d
+        .log_text()
+        .contains("SIGHUP: configuration reloaded")));
+    assert!(
+        d.log_text().contains("eval_timeout = 1800s"),
+        "{}",
+        d.log_text()
+    );
+    // Still serving.
+    assert!(d.status().is_empty());
+}

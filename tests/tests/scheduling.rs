@@ -36,7 +36,7 @@ impl InProcess {
             stop.clone(),
             RunOptions {
                 devices: Some(devices),
-                on_ready: None,
+                ..Default::default()
             },
         ));
         let t0 = Instant::now();

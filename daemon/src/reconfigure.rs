@@ -1,0 +1,73 @@
+//! Configuration reloads: on SIGHUP (`systemctl reload kerneld`) and when the
+//! configuration file changes on disk. The file's directory is watched, not the file:
+//! editors save by writing a new file and renaming it over the old one.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::{RecursiveMode, Watcher};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::engine::Engine;
+
+/// Builds the configuration again, the way the daemon was started (file + command line).
+pub type Rebuild = Box<dyn Fn() -> Result<Config, String> + Send + Sync>;
+
+pub async fn run(engine: Arc<Engine>, rebuild: Rebuild, hup: Arc<Notify>, stop: CancellationToken) {
+    let file: Option<PathBuf> = engine.config().config_file.clone();
+    let (tx, mut changed) = tokio::sync::mpsc::unbounded_channel::<()>();
+    // Kept alive for the whole loop; None when there is no file or it cannot be watched.
+    let _watcher = file.as_ref().and_then(|f| {
+        let name = f.file_name()?.to_owned();
+        let dir = f.parent()?.to_path_buf();
+        let mut w = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+            if let Ok(ev) = res {
+                if ev
+                    .paths
+                    .iter()
+                    .any(|p| p.file_name() == Some(name.as_os_str()))
+                {
+                    let _ = tx.send(());
+                }
+            }
+        })
+        .ok()?;
+        match w.watch(&dir, RecursiveMode::NonRecursive) {
+            Ok(()) => Some(w),
+            Err(e) => {
+                tracing::warn!(
+                    "cannot watch {} for changes: {e}; SIGHUP still reloads",
+                    dir.display()
+                );
+                None
+            }
+        }
+    });
+    loop {
+        let why = tokio::select! {
+            _ = hup.notified() => "SIGHUP",
+            Some(()) = changed.recv() => {
+                // Let an editor finish writing, and fold a burst of events into one reload.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                while changed.try_recv().is_ok() {}
+                "the configuration file changed"
+            }
+            _ = stop.cancelled() => return,
+        };
+        match rebuild() {
+            Ok(cfg) => {
+                let changes = engine.reload(cfg);
+                if changes.is_empty() {
+                    tracing::info!("{why}: configuration reloaded, nothing changed");
+                } else {
+                    tracing::info!("{why}: configuration reloaded: {}", changes.join("; "));
+                }
+            }
+            // A broken file leaves the running configuration as it was.
+            Err(e) => tracing::error!("{why}: configuration NOT reloaded: {e}"),
+        }
+    }
+}
