@@ -77,31 +77,36 @@ fn describe(rec: &EvaluationRecord) -> String {
 
 fn profile_lines(rec: &EvaluationRecord) -> String {
     let mut s = String::new();
+    // Under the interpreter, throughput figures and compiled-kernel resources mean nothing.
+    let gpu = !rec.result.interpreted;
     for t in &rec.result.shapes {
         let _ = write!(
             s,
             "    {}: {:.2} µs vs {:.2} µs ({:.2}×)",
             t.shape, t.median_us, t.baseline_us, t.speedup
         );
-        if let Some(g) = t.gbps {
+        if let (true, Some(g)) = (gpu, t.gbps) {
             let _ = write!(s, ", {g:.0} GB/s");
         }
-        if let Some(p) = t.pct_roofline {
+        if let (true, Some(p)) = (gpu, t.pct_roofline) {
             let _ = write!(s, ", {p:.0}% of roofline");
         }
         s.push('\n');
     }
-    if let Some(kernels) = rec.result.profile.get("kernels").and_then(Value::as_array) {
-        for k in kernels {
-            let _ = writeln!(
-                s,
-                "    kernel {}: {} registers, {} spills, {} B shared",
-                k.get("name").and_then(Value::as_str).unwrap_or("?"),
-                k.get("registers").map_or("?".into(), |v| v.to_string()),
-                k.get("spills").map_or("?".into(), |v| v.to_string()),
-                k.get("shared_bytes").map_or("?".into(), |v| v.to_string()),
-            );
-        }
+    let kernels = rec.result.profile.get("kernels").and_then(Value::as_array);
+    for k in kernels.into_iter().flatten().filter(|_| gpu) {
+        let field = |name: &str| match k.get(name) {
+            Some(Value::Number(n)) => n.to_string(),
+            _ => "?".into(),
+        };
+        let _ = writeln!(
+            s,
+            "    kernel {}: {} registers, {} spills, {} B shared",
+            k.get("name").and_then(Value::as_str).unwrap_or("?"),
+            field("registers"),
+            field("spills"),
+            field("shared_bytes"),
+        );
     }
     s
 }
@@ -214,4 +219,85 @@ pub fn compact(goal: &GoalProjection, history: &[EvaluationRecord], budget: usiz
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{EvalResult, ResultClass, ShapeTiming};
+    use serde_json::json;
+
+    fn rec(iteration: u64, speedup: Option<f64>, class: ResultClass) -> EvaluationRecord {
+        let mut result =
+            EvalResult::failure(class, format!("failure of iteration {iteration}"), 1.0);
+        if let Some(x) = speedup {
+            result = EvalResult {
+                class: ResultClass::Ok,
+                message: None,
+                correct: true,
+                speedup: Some(x),
+                spread_pct: Some(1.0),
+                shapes: vec![ShapeTiming {
+                    shape: "s".into(),
+                    median_us: 10.0 / x,
+                    spread_pct: 1.0,
+                    baseline_us: 10.0,
+                    baseline_spread_pct: 1.0,
+                    speedup: x,
+                    gbps: Some(100.0),
+                    tflops: None,
+                    pct_roofline: Some(5.0),
+                }],
+                ..result
+            };
+        }
+        EvaluationRecord {
+            iteration,
+            candidate: format!("c{iteration}"),
+            seed: "a.py".into(),
+            config: json!({"B": iteration % 4, "W": 4}),
+            source_hash: None,
+            device: None,
+            result,
+        }
+    }
+
+    fn history(n: u64) -> Vec<EvaluationRecord> {
+        (1..=n)
+            .map(|i| match i % 5 {
+                0 => rec(i, None, ResultClass::WrongResult),
+                1 => rec(i, None, ResultClass::CompileError),
+                _ => rec(i, Some(1.0 + (i % 7) as f64 / 10.0), ResultClass::Ok),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn restates_the_goal_keeps_the_best_and_groups_failures() {
+        let goal = GoalProjection::new("g1", crate::projection::test_spec("x"), 0, 0);
+        let text = compact(&goal, &history(40), DEFAULT_BYTES);
+        assert!(text.starts_with("# Goal `g`"));
+        assert!(text.contains("→ 1.600×"), "{text}");
+        assert!(text.contains("wrong_result ×8"), "{text}");
+        assert!(text.contains("compile_error ×8"), "{text}");
+        assert!(text.contains("100 GB/s"));
+        assert_eq!(
+            text,
+            compact(&goal, &history(40), DEFAULT_BYTES),
+            "deterministic"
+        );
+    }
+
+    #[test]
+    fn stays_within_its_budget_however_long_the_history() {
+        let goal = GoalProjection::new("g1", crate::projection::test_spec("x"), 0, 0);
+        for budget in [1024, 4096, DEFAULT_BYTES] {
+            let text = compact(&goal, &history(5000), budget);
+            assert!(text.len() <= budget, "{} > {budget}", text.len());
+            assert!(
+                text.starts_with("# Goal `g`"),
+                "the goal always comes first"
+            );
+        }
+    }
 }
