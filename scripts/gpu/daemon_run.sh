@@ -47,7 +47,12 @@ phase() { # tag allow-list(uuid or "") goal...
   local pid=$!
   local ctl="$bin/kernelctl --socket $sock"
   for _ in $(seq 200); do $ctl version >/dev/null 2>&1 && break; sleep 0.1; done
-  sleep 12   # a long-running daemon has warm workers; let them start (torch + CUDA init)
+  # A long-running daemon has warm workers: wait until every device has one (torch + CUDA init).
+  for _ in $(seq 600); do
+    $ctl --json gpus | python3 -c 'import json,sys; d=json.load(sys.stdin)["devices"]; sys.exit(0 if all(x.get("worker_pid") for x in d) else 1)' && break
+    sleep 0.2
+  done
+  $ctl gpus > "$OUT/$tag.gpus_ready.txt" 2>&1
   for g in "$@"; do $ctl enqueue "$W/$g.toml"; done
   sleep $((PHASE_S / 2)); $ctl gpus > "$OUT/$tag.gpus.txt" 2>&1
   sleep $((PHASE_S / 2))
