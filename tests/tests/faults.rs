@@ -75,3 +75,54 @@ fn hang_and_segfault_are_contained_and_the_next_evaluation_succeeds() {
     let best = d.goal(&id).best.expect("the honest seed is the best");
     assert_eq!(best.seed, "tiled.py");
 }
+
+#[test]
+fn an_evaluation_that_never_gets_a_result_is_quarantined_not_retried_forever() {
+    // The daemon dies (SIGKILL) during the same evaluation again and again: after
+    // `max_attempts` (3) starts without a result the candidate is quarantined and the goal
+    // moves on.
+    let dir = TempDir::new("quar");
+    std::fs::copy(
+        repo_root().join("kernels/harness/tests/faults/python_hang.py"),
+        dir.path().join("python_hang.py"),
+    )
+    .unwrap();
+    let goal = dir.path().join("quar.toml");
+    std::fs::write(
+        &goal,
+        format!(
+            "name = \"quar\"\ntask = \"{}\"\nseed = [\"python_hang.py\", \"tiled.py\"]\n[budget]\niterations = 2\n",
+            repo_root().join("kernels/demo").display()
+        ),
+    )
+    .unwrap();
+    let mut d = Daemon::start_with(dir.path(), &["--eval-timeout", "10m"]);
+    let id = enqueue(&d, &goal);
+    for attempt in 1..=3u32 {
+        let started = d.wait_until(Duration::from_secs(60), |d| {
+            d.events(0).iter().any(|e| {
+                matches!(&e.kind, EventKind::EvaluationStarted { iteration: 1, attempt: a, .. } if *a == attempt)
+            })
+        });
+        assert!(started, "attempt {attempt} never started\n{}", d.log_text());
+        d.kill9();
+        d = Daemon::start_with(dir.path(), &["--eval-timeout", "10m"]);
+    }
+    let g = d.wait_terminal(&id, Duration::from_secs(120));
+    assert_eq!(g.state, GoalState::Completed);
+    let events = d.events(0);
+    assert_dense(&events);
+    let classes: Vec<(u64, ResultClass)> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::EvaluationFinished {
+                iteration, result, ..
+            } => Some((*iteration, result.class)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        classes,
+        vec![(1, ResultClass::Quarantined), (2, ResultClass::Ok)]
+    );
+}
