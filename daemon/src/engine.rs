@@ -41,6 +41,9 @@ const HEALTH_EVERY: u32 = 3;
 const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Correctness seeds per evaluation.
 const SEEDS_PER_EVALUATION: usize = 3;
+/// Agent failures in a row that fail the goal, and the back-off unit between them.
+const MAX_AGENT_FAILURES: u32 = 3;
+const AGENT_RETRY: Duration = Duration::from_secs(5);
 /// Most events in one `events` reply.
 pub const EVENTS_PAGE: usize = 2000;
 /// Evaluation records kept in `show`.
@@ -76,6 +79,10 @@ struct GoalRt {
     served: u64,
     /// The agent had nothing new; cleared when a result lands (it may open new neighbours).
     exhausted: bool,
+    /// Agent failures in a row (a program that crashed, timed out, proposed a repeat).
+    agent_failures: u32,
+    /// No lease before this instant (back-off after an agent failure).
+    not_before: Option<Instant>,
 }
 
 impl GoalRt {
@@ -86,6 +93,8 @@ impl GoalRt {
             active: BTreeSet::new(),
             served: 0,
             exhausted: false,
+            agent_failures: 0,
+            not_before: None,
         }
     }
 }
@@ -353,7 +362,9 @@ impl Engine {
                 .goals
                 .values()
                 .filter(|g| {
-                    matches!(g.proj.state, GoalState::Queued | GoalState::Running) && !g.exhausted
+                    matches!(g.proj.state, GoalState::Queued | GoalState::Running)
+                        && !g.exhausted
+                        && g.not_before.is_none_or(|t| t <= now)
                 })
                 .map(|g| Contender {
                     goal: g.proj.id.clone(),
@@ -562,7 +573,7 @@ impl Engine {
         if !self.describe_seeds(goal, slot, worker, cancel).await? {
             return Ok(());
         }
-        let Some(work) = self.take_work(goal, slot).await? else {
+        let Some(work) = self.take_work(goal, slot, cancel).await? else {
             return Ok(());
         };
         let result = self
@@ -693,8 +704,13 @@ impl Engine {
     /// Picks what this lease evaluates: a pending candidate first (a restart's re-run),
     /// else the agent's next proposal. Commits the proposal and the start. None: nothing
     /// to do now (and the goal may have been completed for that reason).
-    async fn take_work(&self, goal: &str, slot: usize) -> anyhow::Result<Option<Pending>> {
-        let guard = self.commit_lock.lock().await;
+    async fn take_work(
+        &self,
+        goal: &str,
+        slot: usize,
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<Option<Pending>> {
+        let mut guard = self.commit_lock.lock().await;
         let device = self.slot_uuid(slot);
         loop {
             let (proj, active, others_busy) = {
@@ -769,14 +785,51 @@ impl Engine {
                 let store = self.store.clone();
                 let id = goal.to_string();
                 let history = tokio::task::spawn_blocking(move || store.evaluations(&id)).await??;
-                let proposed = agent::for_goal(&proj)
-                    .and_then(|a| a.propose(&proj, &history, proj.iteration + 1));
+                let best_source = match proj.best {
+                    Some(_) => self.best(goal).await.ok().map(|b| b.source),
+                    None => None,
+                };
+                let work_root = self.config().state_dir.join("agents");
+                let env = agent::AgentEnv {
+                    work_root,
+                    best_source,
+                    cancel: cancel.clone(),
+                };
+                let next = proj.iteration + 1;
+                let proposed = match agent::for_goal(&proj, env) {
+                    Err(e) => Err(e),
+                    Ok(agent) if agent.slow() => {
+                        // An external agent may think for minutes: let the log move on
+                        // meanwhile, then look at the goal again.
+                        drop(guard);
+                        let snapshot = proj.clone();
+                        let outcome = tokio::task::spawn_blocking(move || {
+                            agent.propose(&snapshot, &history, next)
+                        })
+                        .await
+                        .map_err(|e| anyhow!("the agent's thread failed: {e}"))
+                        .and_then(|r| r);
+                        guard = self.commit_lock.lock().await;
+                        let runnable =
+                            self.state.lock().unwrap().goals.get(goal).is_some_and(|g| {
+                                matches!(g.proj.state, GoalState::Queued | GoalState::Running)
+                            });
+                        if cancel.is_cancelled() || !runnable || self.stopping.is_cancelled() {
+                            return Ok(None);
+                        }
+                        outcome
+                    }
+                    Ok(agent) => agent.propose(&proj, &history, next),
+                };
                 match proposed {
-                    Ok(p) => p,
+                    Ok(p) => {
+                        if let Some(rt) = self.state.lock().unwrap().goals.get_mut(goal) {
+                            rt.agent_failures = 0;
+                        }
+                        p
+                    }
                     Err(e) => {
-                        // An agent that cannot propose would fail the same way forever.
-                        let why = format!("the {} agent failed: {e:#}", proj.spec.agent.kind);
-                        self.finish_goal(&guard, goal, GoalState::Failed, why)
+                        self.agent_failed(&guard, goal, &proj.spec.agent.kind, e)
                             .await?;
                         return Ok(None);
                     }
@@ -811,7 +864,8 @@ impl Engine {
                     .map(|s| s.source.clone())
                     .ok_or_else(|| anyhow!("agent proposed unknown seed {}", proposal.seed))?,
             };
-            let iteration = proj.iteration + 1;
+            // Re-read: another lease of this goal may have proposed while a slow agent ran.
+            let iteration = self.state.lock().unwrap().goals[goal].proj.iteration + 1;
             let candidate = store::candidate_id(&source, &proposal.config);
             self.append(
                 &guard,
@@ -841,6 +895,33 @@ impl Engine {
                 .await
                 .map(Some);
         }
+    }
+
+    /// An agent failed to propose: back off and retry; after a few failures in a row the
+    /// goal fails with the last error (a broken agent would fail the same way all night).
+    async fn agent_failed(
+        &self,
+        guard: &CommitGuard<'_>,
+        goal: &str,
+        kind: &str,
+        e: anyhow::Error,
+    ) -> anyhow::Result<()> {
+        let failures = {
+            let mut st = self.state.lock().unwrap();
+            let Some(rt) = st.goals.get_mut(goal) else {
+                return Ok(());
+            };
+            rt.agent_failures += 1;
+            rt.not_before = Some(Instant::now() + AGENT_RETRY * rt.agent_failures);
+            rt.agent_failures
+        };
+        tracing::warn!(%goal, failures, "the {kind} agent failed: {e:#}");
+        if failures >= MAX_AGENT_FAILURES {
+            let why = format!("the {kind} agent failed {failures} times in a row; last: {e:#}");
+            self.finish_goal(guard, goal, GoalState::Failed, why)
+                .await?;
+        }
+        Ok(())
     }
 
     async fn start_evaluation(

@@ -19,7 +19,7 @@ pub const OBJECTIVES: &[&str] = &["geomean_speedup"];
 pub const AGENTS: &[&str] = &["search", "llm", "command"];
 /// ... and those this build can run (`agent::for_goal`); a goal naming another is refused
 /// at enqueue rather than failing later.
-pub const AVAILABLE_AGENTS: &[&str] = &["search"];
+pub const AVAILABLE_AGENTS: &[&str] = &["search", "command"];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -5,9 +5,13 @@
 //! Agents keep no state of their own between calls: everything they need is in the
 //! log, so a restarted daemon continues exactly where it stopped.
 
+pub mod command;
 pub mod search;
 
+use std::path::PathBuf;
+
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use crate::projection::GoalProjection;
 use crate::wire::EvaluationRecord;
@@ -26,6 +30,11 @@ pub struct Proposal {
 
 pub trait Agent: Send + Sync {
     fn name(&self) -> &'static str;
+    /// True for agents that take long (an external program, a remote model): the engine
+    /// then proposes without holding the log's commit lock, on a blocking thread.
+    fn slow(&self) -> bool {
+        false
+    }
     /// The next candidate for iteration `iteration`, or None when nothing untried is left.
     fn propose(
         &self,
@@ -35,10 +44,25 @@ pub trait Agent: Send + Sync {
     ) -> anyhow::Result<Option<Proposal>>;
 }
 
+/// What an agent may need beyond the goal and its history.
+#[derive(Clone, Default)]
+pub struct AgentEnv {
+    /// Where agents that work in files get their per-iteration working directories.
+    pub work_root: PathBuf,
+    /// The current best candidate's source (with its configuration), if any.
+    pub best_source: Option<String>,
+    /// Cancelled when the goal is paused or cancelled, or the daemon stops.
+    pub cancel: CancellationToken,
+}
+
 /// The agent a goal asks for.
-pub fn for_goal(goal: &GoalProjection) -> anyhow::Result<Box<dyn Agent>> {
+pub fn for_goal(goal: &GoalProjection, env: AgentEnv) -> anyhow::Result<Box<dyn Agent>> {
     match goal.spec.agent.kind.as_str() {
         "search" => Ok(Box::new(search::SearchAgent)),
+        "command" => Ok(Box::new(command::CommandAgent::new(
+            &goal.spec.agent.settings,
+            env,
+        )?)),
         other => anyhow::bail!("agent kind `{other}` is not available in this build"),
     }
 }
