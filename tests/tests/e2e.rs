@@ -378,3 +378,26 @@ fn the_configuration_reloads_on_sighup_and_on_edit() {
     // Still serving.
     assert!(d.status().is_empty());
 }
+
+#[test]
+fn every_shipped_goal_file_parses() {
+    let root = repo_root();
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
+    for dir in ["config/goals", "kernels/mla", "kernels/kda"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let p = entry.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml")
+                && p.file_name().is_some_and(|n| n != "task.toml")
+            {
+                files.push(p);
+            }
+        }
+    }
+    assert!(files.len() >= 4, "{files:?}");
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let spec = kerneld::goal::parse(f.to_str().unwrap(), &text, &root.join("kernels"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!spec.seeds.is_empty());
+    }
+}
