@@ -1,0 +1,292 @@
+"""One-call GPU comparison: seeds/splitkv_v2.py configs against seeds/splitkv.py's BEST.
+
+    PYTHONUNBUFFERED=1 python3 kernels/mla/tune_v2.py --out $OUT [--jobs 12] [--rep-ms 40] [--configs FILE]
+
+Budget: < 4 minutes on one H200 (16 CPU cores), no network, no torch.compile.
+1. check (process pool, spawn): every config is compiled and checked in bf16 on every goal AND
+   held-out shape (fresh seed, NaN-poisoned outputs, two calls each so the cached counters and
+   scratch buffers are exercised, inputs checked unchanged); registers / spills / shared memory of
+   each compiled split kernel are recorded. Triton's on-disk cache then serves the timing process.
+2. time (this process): do_bench medians (L2 flushed before every call) of the correct configs on
+   the goal shapes; spread = (p80 - p20) / median.
+   Also per row: host µs per call (launch path, no sync) and, at B=1, the median of CUDA-graph replays
+   (GPU time alone, L2 warm): v1's B=1 figures were flat at 35-40 µs across very different configs and
+   ~+22 µs per extra launch, which smells of launch cost rather than GPU work.
+3. table: per shape, every config's median, GB/s and % of the 4.27 TB/s copy bandwidth, speedup
+   over v1 BEST, host and graph µs; geomean over the goal shapes. Writes sweep_v2.json (+ the table).
+MLA_TUNE_DEVICE=cpu: dry run of the check phase on the smoke shapes under the interpreter.
+"""
+import argparse
+import json
+import math
+import multiprocessing as mp
+import os
+import sys
+import time
+from pathlib import Path
+
+TASK_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(TASK_DIR))
+DEVICE = os.environ.get("MLA_TUNE_DEVICE", "cuda")
+SEEDS = {"v1": TASK_DIR / "seeds" / "splitkv.py", "v2": TASK_DIR / "seeds" / "splitkv_v2.py"}
+COPY_TBS = 4.27                       # H200 device-to-device copy, measured (FIELD_NOTES section 1)
+
+# (label, seed, config overrides on top of that seed's BEST). Each v2 row changes one thing from v2
+# BEST, or tries one of the new tile cores; NOTES.md "v2" has the prediction for each.
+REGS = {"PREFETCH": "regs", "num_stages": 1}
+CONFIGS = [
+    ("v1_best", "v1", {}),
+    ("v2_best", "v2", {}),
+    ("v2_fp32_partial", "v2", {"PARTIAL": "fp32"}),
+    ("v2_merge4k", "v2", {"MERGE_TILE": 4096}),
+    ("v2_merge32k", "v2", {"MERGE_TILE": 32768}),
+    ("v2_split2", "v2", {"MIN_SPLIT_TILES": 2}),
+    ("v2_launch", "v2", {"COMBINE": "launch"}),
+    ("v2_launch_w2", "v2", {"COMBINE": "launch", "WAVES": 2}),
+    ("v2_n32_s4", "v2", {"BLOCK_N": 32, "num_stages": 4}),
+    ("v2_n32_s3", "v2", {"BLOCK_N": 32, "num_stages": 3}),
+    ("v2_n128_s1", "v2", {"BLOCK_N": 128, "num_stages": 1}),
+    ("v2_regs_n32", "v2", dict(REGS, BLOCK_N=32)),
+    ("v2_regs_n16", "v2", dict(REGS, BLOCK_N=16)),
+    ("v2_regs_n64", "v2", dict(REGS, BLOCK_N=64)),
+    ("v2_regs_n32_split2", "v2", dict(REGS, BLOCK_N=32, MIN_SPLIT_TILES=2)),
+    ("v2_h16_regs_w4", "v2", dict(REGS, BLOCK_H=16, BLOCK_N=64, num_warps=4)),
+    # mma.sync cores: 128 registers and 112 KB of smem at BLOCK_H=32 / 8 warps, i.e. 2 CTAs per SM
+    ("v2_h32_w8", "v2", {"BLOCK_H": 32}),
+    ("v2_h32_w8_split2", "v2", {"BLOCK_H": 32, "MIN_SPLIT_TILES": 2}),
+    ("v2_h16_w4_split4", "v2", {"BLOCK_H": 16, "num_warps": 4, "MIN_SPLIT_TILES": 4}),
+]
+
+
+def load_mod(path, name):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def task_and_toml():
+    import tomllib
+    import task
+    return task, tomllib.loads((TASK_DIR / "task.toml").read_text())
+
+
+def full_config(mods, seed, over):
+    return dict(mods[seed].BEST, **over)
+
+
+# ---------------------------------------------------------------- check (pool workers)
+_W = {}
+
+
+def _worker_init():
+    import torch
+    task, toml = task_and_toml()
+    mods = {k: load_mod(p, f"mla_{k}") for k, p in SEEDS.items()}
+    _W.update(torch=torch, task=task, toml=toml, mods=mods, data={})
+
+
+def _inputs(name, shape, seed):
+    key = (name, seed)
+    if key not in _W["data"]:
+        torch, task = _W["torch"], _W["task"]
+        dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float16
+        inp = task.make_inputs(shape, seed, DEVICE, dtype)
+        _W["data"][key] = (inp, task.reference(**inp))
+    return _W["data"][key]
+
+
+def compare(out, ref, tol_rel, tol_max):
+    res, ok = {}, True
+    for k, r in ref.items():
+        a, r = out[k].float(), r.float()
+        finite = bool(a.isfinite().all())
+        rel = float((a - r).norm() / r.norm())
+        mx = float((a - r).abs().max() / r.abs().max())
+        passed = finite and rel <= tol_rel and mx <= tol_max
+        ok &= passed
+        res[k] = dict(rel_rmse=rel, max_err=mx, passed=passed)
+    return ok, res
+
+
+def check_config(label, seed, over):
+    torch, task, toml, mods = _W["torch"], _W["task"], _W["toml"], _W["mods"]
+    mod = mods[seed]
+    cfg = full_config(mods, seed, over)
+    shapes = list(toml["shapes"].items()) + list(toml["heldout"].items())
+    if DEVICE != "cuda":
+        shapes = list(toml["smoke"].items())
+    tol = toml["tolerance"]
+    rep = {"label": label, "seed": seed, "config": cfg, "ok": True, "shapes": {}}
+    t0 = time.time()
+    try:
+        for name, shape in shapes:
+            inp, ref = _inputs(name, shape, 11)
+            snap = {k: v.clone() for k, v in inp.items()}
+            spec = task.output_spec(shape, inp)
+            for _ in range(2):
+                out = {k: torch.full(s, float("nan"), dtype=d, device=DEVICE) for k, (s, d) in spec.items()}
+                mod.mla_decode(inp, out, cfg)
+                if DEVICE == "cuda":
+                    torch.cuda.synchronize()
+                ok, res = compare(out, ref, tol["rel_rmse"], tol["max_abs"])
+                if not ok:
+                    break
+            for k in inp:
+                if not torch.equal(inp[k], snap[k]):
+                    ok = False
+                    res["input_modified"] = k
+            P = mod.plan(shape["B"], shape.get("H", 64), shape["S"], shape.get("D_LATENT", 512), 64, cfg,
+                         torch.device(DEVICE))
+            rep["shapes"][name] = dict(ok=ok, mode=P["mode"], ns=P["ns"], **res)
+            rep["ok"] &= ok
+        kern = mod._mla_split_kv_v2 if seed == "v2" else mod._mla_split_kv
+        try:
+            rep["kernels"] = [dict(regs=ck.n_regs, spills=ck.n_spills, shared=ck.metadata.shared)
+                              for dc in kern.device_caches.values() for ck in dc[0].values()]
+        except Exception as e:  # noqa: BLE001
+            rep["kernels"] = str(e)[:100]
+    except Exception as e:  # noqa: BLE001  compile errors (out of resources) and the like
+        rep["ok"] = False
+        c = e
+        while c.__cause__ is not None:
+            c = c.__cause__
+        rep["error"] = f"{type(e).__name__}: {type(c).__name__}: {str(c)[-400:]}"
+    rep["check_s"] = round(time.time() - t0, 1)
+    return rep
+
+
+# ---------------------------------------------------------------- timing
+def bench(fn, rep_ms):
+    import torch
+    from triton.testing import do_bench
+    t = torch.tensor(do_bench(fn, warmup=15, rep=rep_ms, return_mode="all"), dtype=torch.float64)
+    med = float(t.median())
+    return med * 1e3, 100.0 * float(t.quantile(0.8) - t.quantile(0.2)) / med, len(t)
+
+
+def host_us(fn, n=50):
+    """Host time per call (launch path only: no synchronisation inside the loop)."""
+    import torch
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / n * 1e6
+
+
+def graph_us(fn):
+    """GPU time alone: median of CUDA-graph replays (no host launch cost, L2 not flushed)."""
+    from triton.testing import do_bench_cudagraph
+    return do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
+    ap.add_argument("--jobs", type=int, default=12)
+    ap.add_argument("--rep-ms", type=int, default=40)
+    ap.add_argument("--check-timeout", type=float, default=150)
+    ap.add_argument("--budget-s", type=float, default=215, help="stop timing (keep what was measured) after this")
+    ap.add_argument("--configs", help="json file: [[label, 'v1'|'v2', {overrides}], ...] instead of CONFIGS")
+    args = ap.parse_args()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t_start = time.time()
+    configs = [tuple(c) for c in json.loads(Path(args.configs).read_text())] if args.configs else CONFIGS
+
+    ctx = mp.get_context("spawn")
+    pool = ctx.Pool(min(args.jobs, len(configs)), initializer=_worker_init)
+    pend = [(c, pool.apply_async(check_config, c)) for c in configs]
+    deadline = time.time() + args.check_timeout
+    reports = []
+    for c, r in pend:
+        try:
+            reports.append(r.get(timeout=max(1.0, deadline - time.time())))
+        except mp.TimeoutError:
+            reports.append({"label": c[0], "seed": c[1], "config": c[2], "ok": False, "error": "check timed out"})
+    pool.terminate()
+    n_ok = sum(r["ok"] for r in reports)
+    print(f"[tune_v2] checked {len(reports)} configs in {time.time() - t_start:.0f}s: {n_ok} correct "
+          f"on every {'goal + held-out' if DEVICE == 'cuda' else 'smoke'} shape", flush=True)
+    for r in reports:
+        ks = r.get("kernels")
+        kinfo = (" regs " + ",".join(sorted({str(k["regs"]) for k in ks})) + " spills "
+                 + ",".join(sorted({str(k["spills"]) for k in ks})) + " smem_KB "
+                 + ",".join(sorted({str(k["shared"] // 1024) for k in ks}))) if isinstance(ks, list) else ""
+        bad = {k: v for k, v in r.get("shapes", {}).items() if not v["ok"]}
+        print(f"  {'ok  ' if r['ok'] else 'FAIL'} {r['label']:22s} {r.get('check_s', '')}s{kinfo} "
+              f"{r.get('error', '')[-300:]} {json.dumps(bad)[:300] if bad else ''}", flush=True)
+    if DEVICE != "cuda":
+        return
+
+    import torch
+    task, toml = task_and_toml()
+    mods = {k: load_mod(p, f"mla_{k}") for k, p in SEEDS.items()}
+    timed = list(toml["shapes"].items())
+    rows = []
+    for name, shape in timed:
+        inp = task.make_inputs(shape, 5, "cuda", torch.bfloat16)
+        spec = task.output_spec(shape, inp)
+        nbytes = task.roofline(shape)["bytes"]
+        for r in reports:
+            if not r["ok"]:
+                continue
+            if time.time() - t_start > args.budget_s:
+                print(f"  time budget spent: {r['label']} {name} not timed", flush=True)
+                continue
+            mod, cfg = mods[r["seed"]], r["config"]
+            out = {k: torch.full(s, float("nan"), dtype=d, device="cuda") for k, (s, d) in spec.items()}
+            fn = (lambda m, o, c: (lambda: m.mla_decode(inp, o, c)))(mod, out, cfg)
+            try:
+                med, spread, n = bench(fn, args.rep_ms)
+                host = host_us(fn)
+            except Exception as e:  # noqa: BLE001
+                print(f"  bench failed {r['label']} {name}: {str(e)[:200]}", flush=True)
+                continue
+            graph = float("nan")
+            if shape["B"] == 1:     # latency-bound shapes: is the figure GPU time or launch cost?
+                try:
+                    graph = graph_us(fn)
+                except Exception as e:  # noqa: BLE001
+                    print(f"  graph timing failed {r['label']} {name}: {str(e)[:200]}", flush=True)
+            sh = r["shapes"][name]
+            rows.append(dict(shape=name, label=r["label"], median_us=med, spread_pct=spread, n=n,
+                             gbps=nbytes / med / 1e3, mode=sh["mode"], ns=sh["ns"], host_us=host, graph_us=graph))
+        del inp
+        torch.cuda.empty_cache()
+        print(f"[tune_v2] timed {name} ({time.time() - t_start:.0f}s)", flush=True)
+
+    env = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+               triton=__import__("triton").__version__, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    lines = []
+    base = {r["shape"]: r["median_us"] for r in rows if r["label"] == "v1_best"}
+    for name, _ in timed:
+        lines.append(f"\n{name}  (v1_best {base.get(name, float('nan')):.2f} us)")
+        lines.append(f"  {'config':22s} {'median us':>10s} {'spread%':>8s} {'GB/s':>7s} {'%copy':>6s} {'x v1':>6s} "
+                     f"{'host us':>8s} {'graph us':>8s}  mode ns")
+        for r in sorted([r for r in rows if r["shape"] == name], key=lambda r: r["median_us"]):
+            sp = base.get(name, float("nan")) / r["median_us"]
+            lines.append(f"  {r['label']:22s} {r['median_us']:10.2f} {r['spread_pct']:8.1f} {r['gbps']:7.0f} "
+                         f"{100 * r['gbps'] / (COPY_TBS * 1e3):6.1f} {sp:6.2f} {r['host_us']:8.1f} {r['graph_us']:8.2f}"
+                         f"  {r['mode']:4d} {r['ns']}")
+    lines.append("\ngeomean over the goal shapes (us), best first:")
+    geo = []
+    for lab in {r["label"] for r in rows}:
+        ts = [r["median_us"] for r in rows if r["label"] == lab]
+        if len(ts) == len(timed):
+            geo.append((math.exp(sum(map(math.log, ts)) / len(ts)), lab, ts))
+    for g, lab, ts in sorted(geo):
+        lines.append(f"  {g:8.2f}  {lab:22s} " + " ".join(f"{t:8.2f}" for t in ts))
+    table = "\n".join(lines)
+    print(table)
+    (out_dir / "sweep_v2.json").write_text(json.dumps(dict(env=env, reports=reports, rows=rows), indent=1))
+    (out_dir / "sweep_v2.txt").write_text(table + "\n")
+    print(f"[tune_v2] total {time.time() - t_start:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
