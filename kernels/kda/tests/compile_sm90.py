@@ -1,0 +1,163 @@
+"""Compile the KDA seeds' kernels for sm_90 (H200) without a GPU; print their resources as JSON.
+
+    python3 compile_sm90.py [SEED.py ...] [--cfg '{"BK": 16}'] [--all]   (TRITON_INTERPRET unset)
+
+With no seed, compiles seeds/chunked.py (BEST) and seeds/chunked_v2.py (BEST). --cfg overrides
+the config of every seed; --all adds v2's preparation at each value of its prep-side SPACE keys
+(one key varied at a time). Per kernel: registers, spills (bytes of local memory), static shared
+memory, whether the PTX uses wgmma, and instruction counts (SASS) of the costly kinds.
+Registers and spills come from `cuobjdump -res-usage` on the cubin (Triton's bundled binary).
+Exit 3 (with a message) when Triton's NVIDIA backend is unavailable. Used by test_kda_v2_cpu.py.
+"""
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+SHAPE = dict(K=128, V=128)          # the goal shapes' head dims
+
+
+def _compile(fn, types: dict, constexprs: dict, num_warps: int, num_stages: int, **opts):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig = {n: ("constexpr" if n in constexprs else types.get(n, "i32")) for n in fn.arg_names}
+    # what the launcher specialises at run time: 16-byte aligned pointers
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
+             if types.get(n, "").startswith("*")}
+    return triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
+                          target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=num_warps, num_stages=num_stages, **opts))
+
+
+def _tool(name):
+    import triton
+    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name)
+
+
+def _resources(ck, name):
+    """registers / spills from cuobjdump, shared from Triton's metadata, SASS census."""
+    row = dict(kernel=name, shared=ck.metadata.shared, num_warps=ck.metadata.num_warps,
+               wgmma="wgmma" in ck.asm["ptx"])
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(ck.asm["cubin"])
+        path = f.name
+    try:
+        res = subprocess.run([_tool("cuobjdump"), "-res-usage", path], capture_output=True, text=True).stdout
+        m = re.search(r"REG:(\d+)", res)
+        row["registers"] = int(m.group(1)) if m else None
+        m = re.search(r"STACK:(\d+)", res)
+        row["stack"] = int(m.group(1)) if m else None
+        m = re.search(r"LOCAL:(\d+)", res)
+        row["local"] = int(m.group(1)) if m else None
+        sass = subprocess.run([_tool("cuobjdump"), "-sass", path], capture_output=True, text=True).stdout
+        ops = re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass, re.M)
+        cnt = lambda *ks: sum(1 for o in ops if any(o.startswith(k) for k in ks))
+        row["sass"] = dict(total=len(ops), LDG=cnt("LDG"), STG=cnt("STG"), LDL=cnt("LDL"), STL=cnt("STL"),
+                           HGMMA=cnt("HGMMA"), HMMA=cnt("HMMA"), MUFU=cnt("MUFU"), BAR=cnt("BAR"),
+                           LDS=cnt("LDS", "LDSM"), STS=cnt("STS"), FFMA=cnt("FFMA"))
+    finally:
+        os.unlink(path)
+    # programs per SM by registers (65536 per SM, allocation granule 8 per thread) and shared
+    regs = row["registers"] or 255
+    threads = 32 * row["num_warps"]
+    by_regs = 65536 // (((regs + 7) // 8) * 8 * threads)
+    by_smem = (228 * 1024) // max(row["shared"] + 1024, 1)
+    row["programs_per_sm"] = min(by_regs, by_smem, 64 // row["num_warps"])
+    return row
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location("kda_seed_sm90_" + path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def compile_v1(mod, cfg):
+    import triton.language as tl  # noqa: F401
+    K, V = SHAPE["K"], SHAPE["V"]
+    ptr = {n: "*bf16" for n in ("q", "k", "v", "beta", "q_hat", "k_hat", "w", "u_tilde", "p_mat", "o")}
+    ptr.update({n: "*fp32" for n in ("g", "gamma", "t_scr", "g_scr", "h0", "h_final")})
+    ptr["scale"] = "fp32"
+    rows = []
+    if cfg["PREP"] == "fused":
+        ck = _compile(mod._kda_prep, ptr, dict(K=K, V=V, C=cfg["C"], BC=cfg["BC"], BK=cfg["BK"], BVP=64,
+                                               PREP_DOT=cfg["PREP_DOT"]), cfg["PREP_WARPS"], cfg["PREP_STAGES"])
+        rows.append(_resources(ck, "v1._kda_prep"))
+    ck = _compile(mod._kda_scan, ptr, dict(K=K, V=V, C=cfg["C"], BV=cfg["BV"], HAS_H0=False,
+                                           SCAN_DOT=cfg["SCAN_DOT"], STAGES=cfg["SCAN_STAGES"]),
+                  cfg["SCAN_WARPS"], 1)
+    rows.append(_resources(ck, "v1._kda_scan"))
+    return rows
+
+
+def compile_v2(mod, cfg, scan=True):
+    import torch
+    K, V = SHAPE["K"], SHAPE["V"]
+    ptr = {n: "*bf16" for n in ("q", "k", "v", "beta", "q_hat", "k_hat", "w", "u_tilde", "p_mat", "o")}
+    ptr.update({n: "*fp32" for n in ("g", "gamma", "h0", "h_final")})
+    ptr["scale"] = "fp32"
+    pa = mod.prep_args(torch.empty(0, dtype=torch.bfloat16), cfg)
+    ce = dict(K=K, V=V, C=cfg["C"], BC=cfg["BC"], BK=min(cfg["BK"], K), BVP=min(cfg["BVP"], V), **pa)
+    ck = _compile(mod._kda_prep_v2, ptr, ce, cfg["PREP_WARPS"], cfg["PREP_STAGES"], **mod.prep_launch(cfg))
+    rows = [_resources(ck, "v2._kda_prep_v2")]
+    if scan:
+        ck = _compile(mod._kda_scan, ptr, dict(K=K, V=V, C=cfg["C"], BV=cfg["BV"], HAS_H0=False,
+                                               SCAN_DOT=cfg["SCAN_DOT"], STAGES=cfg["SCAN_STAGES"]),
+                      cfg["SCAN_WARPS"], 1)
+        rows.append(_resources(ck, "v2._kda_scan"))
+    return rows
+
+
+def main():
+    try:
+        import triton.backends.nvidia  # noqa: F401
+    except Exception as e:  # pragma: no cover
+        print(f"Triton's NVIDIA backend is unavailable: {e}")
+        sys.exit(3)
+    if os.environ.get("TRITON_INTERPRET"):
+        print("unset TRITON_INTERPRET: the interpreter cannot compile for sm_90")
+        sys.exit(3)
+    args = sys.argv[1:]
+    over = {}
+    if "--cfg" in args:
+        i = args.index("--cfg")
+        over = json.loads(args[i + 1])
+        del args[i:i + 2]
+    sweep = "--all" in args
+    args = [a for a in args if a != "--all"]
+    seeds = [Path(a) for a in args] or [HERE / "seeds" / "chunked.py", HERE / "seeds" / "chunked_v2.py"]
+    out = []
+    for path in seeds:
+        mod = _load(path)
+        cfg = dict(mod.BEST)
+        cfg.update({k: v for k, v in over.items() if k in cfg})
+        v2 = hasattr(mod, "_kda_prep_v2")
+        rows = compile_v2(mod, cfg) if v2 else compile_v1(mod, cfg)
+        for r in rows:
+            r["config"] = {k: cfg[k] for k in cfg if k not in ("C", "BC")}
+        out += rows
+        if v2 and sweep:
+            for key in ("BK", "PREP_WARPS", "PREP_STAGES", "PREP_MAXNREG", "BVP", "AP_DOT", "INV_DOT", "WU_DOT"):
+                for val in mod.SPACE[key]:
+                    if val == cfg[key]:
+                        continue
+                    c = dict(cfg, **{key: val})
+                    try:
+                        r = compile_v2(mod, c, scan=False)[0]
+                    except Exception as e:
+                        r = dict(kernel="v2._kda_prep_v2", error=f"{type(e).__name__}: {str(e)[:300]}")
+                    r["config"] = {key: val}
+                    out.append(r)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
