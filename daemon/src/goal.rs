@@ -19,7 +19,7 @@ pub const OBJECTIVES: &[&str] = &["geomean_speedup"];
 pub const AGENTS: &[&str] = &["search", "llm", "command"];
 /// ... and those this build can run (`agent::for_goal`); a goal naming another is refused
 /// at enqueue rather than failing later.
-pub const AVAILABLE_AGENTS: &[&str] = &["search", "command"];
+pub const AVAILABLE_AGENTS: &[&str] = &["search", "llm", "command"];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -573,20 +573,28 @@ mod tests {
     }
 
     #[test]
-    fn agents_this_build_cannot_run_are_refused_at_enqueue() {
+    fn agent_settings_are_checked_at_enqueue() {
         let d = task_fixture();
         let e = parse_in(
             &d,
-            "name = \"g\"\ntask = \"demo\"\n[agent]\nkind = \"llm\"\nurl = \"http://x\"\n",
+            "name = \"g\"\ntask = \"demo\"\n[agent]\nkind = \"llm\"\n",
         )
         .unwrap_err();
         assert_eq!(e.line, 4, "{e}");
-        assert!(e.message.contains("not available"), "{e}");
+        assert!(e.message.contains("needs `url`"), "{e}");
+        let e = parse_in(
+            &d,
+            "name = \"g\"\ntask = \"demo\"\n[agent]\nkind = \"command\"\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("needs `command`"), "{e}");
         let e = parse_in(
             &d,
             "name = \"g\"\ntask = \"demo\"\n[agent]\nkind = \"magic\"\n",
         )
         .unwrap_err();
         assert!(e.message.contains("search, llm, command"), "{e}");
+        let g = parse_in(&d, "name = \"g\"\ntask = \"demo\"\n[agent]\nkind = \"llm\"\nurl = \"http://127.0.0.1:8000/v1\"\nmodel = \"m\"\n").unwrap();
+        assert_eq!(g.agent.settings["api_key_env"], "OPENAI_API_KEY");
     }
 }

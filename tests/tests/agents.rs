@@ -111,3 +111,116 @@ fn a_failing_program_fails_the_goal_with_its_output() {
     );
     assert_eq!(g.evaluations, 0);
 }
+
+/// A stand-in for an OpenAI-compatible endpoint (this machine runs no model): it checks
+/// each request's shape and key, and answers with the demo seed and a configuration.
+fn serve_chat_completions(
+    requests: usize,
+) -> (String, std::thread::JoinHandle<Vec<serde_json::Value>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let seed = std::fs::read_to_string(repo_root().join("kernels/demo/seeds/tiled.py")).unwrap();
+    let handle = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        for (i, stream) in listener.incoming().take(requests).enumerate() {
+            let mut stream = stream.unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let (mut len, mut auth, mut path) = (0usize, String::new(), String::new());
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            path.push_str(line.split_whitespace().nth(1).unwrap_or(""));
+            loop {
+                line.clear();
+                reader.read_line(&mut line).unwrap();
+                let l = line.trim_end();
+                if l.is_empty() {
+                    break;
+                }
+                let lower = l.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap();
+                }
+                if lower.starts_with("authorization:") {
+                    auth = l["authorization:".len()..].trim().to_string();
+                }
+            }
+            let mut body = vec![0u8; len];
+            reader.read_exact(&mut body).unwrap();
+            let req: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            seen.push(serde_json::json!({"path": path, "auth": auth, "body": req}));
+            let block_m = if i == 0 { 16 } else { 64 };
+            let content = format!(
+                "Smaller tiles first.\n```python\n{seed}\n```\n```json\n{{\"BLOCK_M\": {block_m}}}\n```\n"
+            );
+            let reply = serde_json::json!({"choices": [{"message": {"role": "assistant", "content": content}}]});
+            let text = reply.to_string();
+            write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}", text.len()).unwrap();
+        }
+        seen
+    });
+    (url, handle)
+}
+
+#[test]
+fn a_chat_completions_endpoint_proposes_candidates() {
+    let dir = TempDir::new("llm");
+    let (url, server) = serve_chat_completions(2);
+    let d = Daemon::start_env(dir.path(), &[], &[("KD_TEST_KEY", "secret-key")]);
+    let goal = dir.path().join("llm.toml");
+    std::fs::write(
+        &goal,
+        format!(
+            "name = \"llm\"\ntask = \"demo\"\n[budget]\niterations = 2\n\
+             [agent]\nkind = \"llm\"\nurl = \"{url}\"\nmodel = \"test-model\"\napi_key_env = \"KD_TEST_KEY\"\n"
+        ),
+    )
+    .unwrap();
+    let id = enqueue(&d, &goal);
+    let g = d.wait_terminal(&id, Duration::from_secs(180));
+    assert_eq!(g.state, GoalState::Completed, "{g:?}\n{}", d.log_text());
+    assert_eq!(g.evaluations, 2);
+
+    let seen = server.join().unwrap();
+    for r in &seen {
+        assert_eq!(r["path"], "/v1/chat/completions");
+        assert_eq!(r["auth"], "Bearer secret-key");
+        assert_eq!(r["body"]["model"], "test-model");
+        let system = r["body"]["messages"][0]["content"].as_str().unwrap();
+        assert!(
+            system.contains("# Goal `llm`") && system.contains("matmul(inputs"),
+            "{system}"
+        );
+    }
+    // The second request carries the first result: the context and the best so far.
+    let user = seen[1]["body"]["messages"][1]["content"].as_str().unwrap();
+    assert!(
+        user.contains("## Best candidates") && user.contains("The best candidate so far"),
+        "{user}"
+    );
+
+    let configs: Vec<serde_json::Value> = d
+        .events(0)
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::CandidateProposed {
+                agent,
+                config,
+                note,
+                ..
+            } => {
+                assert_eq!(agent, "llm");
+                assert_eq!(note.as_deref(), Some("Smaller tiles first."));
+                Some(config.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        configs,
+        vec![
+            serde_json::json!({"BLOCK_M": 16}),
+            serde_json::json!({"BLOCK_M": 64})
+        ]
+    );
+}

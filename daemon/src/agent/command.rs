@@ -27,8 +27,6 @@ use serde_json::Value;
 use super::{Agent, AgentEnv, Proposal};
 use crate::context;
 use crate::projection::GoalProjection;
-use crate::store::candidate_id;
-use crate::task::Task;
 use crate::wire::EvaluationRecord;
 
 /// Default wall-clock limit of one run of the program.
@@ -78,23 +76,14 @@ impl CommandAgent {
         std::fs::create_dir_all(dir.join("seeds"))
             .with_context(|| format!("creating {}", dir.display()))?;
         let spec = &goal.spec;
-        let entry = Task::load(Path::new(&spec.task_dir))
-            .map(|t| t.manifest.entry)
-            .unwrap_or_else(|_| "?".into());
         let goal_md = format!(
             "{}\n## What to write\n\
-             Write `candidate.py` in this directory: one Python module with Triton kernels that defines\n\
-             `{entry}(inputs: dict, out: dict, config: dict) -> None` (write every tensor of `out`;\n\
-             allocate no outputs; never modify `inputs`), `SPACE` (parameter -> list of values) and\n\
-             optionally `DEFAULT`. Only torch, triton, math, numpy, functools, typing, dataclasses\n\
-             may be imported; no PyTorch calls for the heavy math; no third-party kernel libraries.\n\
-             Optionally write `config.json` (an object: the configuration to evaluate; default:\n\
-             DEFAULT) and `NOTE.md` (one line: what you changed and why).\n\n\
-             The task (reference, inputs, shapes, tolerances) is in {}.\n\
+             Write `candidate.py` in this directory (the module above). Optionally write\n\
+             `config.json` (an object: the configuration to evaluate; default: DEFAULT) and\n\
+             `NOTE.md` (one line: what you changed and why).\n\n\
              `CONTEXT.md` is what was tried and measured; `best.py` the best so far; \
              `last_report.json` the last evaluation; `seeds/` the starting points.\n",
-            context::goal_statement(spec),
-            spec.task_dir
+            super::brief(goal)
         );
         std::fs::write(dir.join("GOAL.md"), goal_md)?;
         std::fs::write(
@@ -228,16 +217,7 @@ impl Agent for CommandAgent {
             }
             Err(_) => Value::Object(Default::default()),
         };
-        let id = candidate_id(&source, &config);
-        if let Some(prev) = history.iter().find(|r| r.candidate == id) {
-            bail!(
-                "the agent proposed a candidate already evaluated at iteration {}",
-                prev.iteration
-            );
-        }
-        if goal.pending.values().any(|p| p.candidate == id) {
-            bail!("the agent proposed a candidate already being evaluated");
-        }
+        super::check_new(goal, history, &source, &config)?;
         let note = std::fs::read_to_string(dir.join("NOTE.md"))
             .ok()
             .and_then(|n| {

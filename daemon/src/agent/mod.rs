@@ -6,6 +6,7 @@
 //! log, so a restarted daemon continues exactly where it stopped.
 
 pub mod command;
+pub mod llm;
 pub mod search;
 
 use std::path::PathBuf;
@@ -14,7 +15,49 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::projection::GoalProjection;
+use crate::task::Task;
 use crate::wire::EvaluationRecord;
+
+/// The goal restated with the candidate contract: the top of every brief an agent that
+/// writes code gets (GOAL.md for `command`, the system prompt for `llm`).
+pub fn brief(goal: &GoalProjection) -> String {
+    let spec = &goal.spec;
+    let entry = Task::load(std::path::Path::new(&spec.task_dir))
+        .map(|t| t.manifest.entry)
+        .unwrap_or_else(|_| "?".into());
+    format!(
+        "{}\n## The candidate\n\
+         One Python module with Triton kernels that defines\n\
+         `{entry}(inputs: dict, out: dict, config: dict) -> None` (write every tensor of `out`;\n\
+         allocate no outputs; never modify `inputs`), `SPACE` (parameter -> list of values) and\n\
+         optionally `DEFAULT`. Only torch, triton, math, numpy, functools, typing, dataclasses\n\
+         may be imported; no PyTorch calls for the heavy math; no third-party kernel libraries;\n\
+         no threads, streams, timers or introspection. The task (reference, inputs, shapes,\n\
+         tolerances) is in {}.\n",
+        crate::context::goal_statement(spec),
+        spec.task_dir
+    )
+}
+
+/// Rejects a proposal the goal has already seen (measured or in flight).
+pub fn check_new(
+    goal: &GoalProjection,
+    history: &[EvaluationRecord],
+    source: &str,
+    config: &Value,
+) -> anyhow::Result<()> {
+    let id = crate::store::candidate_id(source, config);
+    if let Some(prev) = history.iter().find(|r| r.candidate == id) {
+        anyhow::bail!(
+            "the agent proposed a candidate already evaluated at iteration {}",
+            prev.iteration
+        );
+    }
+    if goal.pending.values().any(|p| p.candidate == id) {
+        anyhow::bail!("the agent proposed a candidate already being evaluated");
+    }
+    Ok(())
+}
 
 /// What an agent proposes: a seed's source (or a new source) and a configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,6 +103,10 @@ pub fn for_goal(goal: &GoalProjection, env: AgentEnv) -> anyhow::Result<Box<dyn 
     match goal.spec.agent.kind.as_str() {
         "search" => Ok(Box::new(search::SearchAgent)),
         "command" => Ok(Box::new(command::CommandAgent::new(
+            &goal.spec.agent.settings,
+            env,
+        )?)),
+        "llm" => Ok(Box::new(llm::LlmAgent::new(
             &goal.spec.agent.settings,
             env,
         )?)),
