@@ -207,16 +207,8 @@ impl Agent for CommandAgent {
                 dir.display()
             );
         }
-        let config = match std::fs::read_to_string(dir.join("config.json")) {
-            Ok(text) => {
-                let v: Value = serde_json::from_str(&text).context("config.json is not JSON")?;
-                if !v.is_object() {
-                    bail!("config.json must be a JSON object");
-                }
-                v
-            }
-            Err(_) => Value::Object(Default::default()),
-        };
+        let config_text = std::fs::read_to_string(dir.join("config.json")).ok();
+        let config = super::parse_config(config_text.as_deref(), "config.json")?;
         super::check_new(goal, history, &source, &config)?;
         let note = std::fs::read_to_string(dir.join("NOTE.md"))
             .ok()

@@ -164,17 +164,7 @@ impl Agent for LlmAgent {
             bail!("the model's reply holds no ```python block");
         };
         let source = format!("{source}\n");
-        let config = match fenced(content, "json") {
-            Some(j) => {
-                let c: Value =
-                    serde_json::from_str(j).context("the reply's ```json block is not JSON")?;
-                if !c.is_object() {
-                    bail!("the reply's ```json block must be an object");
-                }
-                c
-            }
-            None => json!({}),
-        };
+        let config = super::parse_config(fenced(content, "json"), "the reply's ```json block")?;
         super::check_new(goal, history, &source, &config)?;
         let note = content
             .split("```")

@@ -39,6 +39,19 @@ pub fn brief(goal: &GoalProjection) -> String {
     )
 }
 
+/// The configuration an agent gave (a JSON object), or `{}` (the candidate's DEFAULT).
+pub fn parse_config(text: Option<&str>, what: &str) -> anyhow::Result<Value> {
+    let Some(text) = text else {
+        return Ok(Value::Object(Default::default()));
+    };
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| anyhow::anyhow!("{what} is not JSON: {e}"))?;
+    if !v.is_object() {
+        anyhow::bail!("{what} must be a JSON object");
+    }
+    Ok(v)
+}
+
 /// Rejects a proposal the goal has already seen (measured or in flight).
 pub fn check_new(
     goal: &GoalProjection,
