@@ -13,7 +13,7 @@
 //!   runs and handed back (or killed) when it ends.
 //! - `state` (a std mutex) is never held across an await.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -1754,15 +1754,6 @@ impl Engine {
             "stopped: {reason}"
         );
         Ok(())
-    }
-
-    /// Counts for tests and the log: slots, and which goals hold leases.
-    pub fn lease_counts(&self) -> HashMap<String, usize> {
-        let st = self.state.lock().unwrap();
-        st.goals
-            .iter()
-            .map(|(k, g)| (k.clone(), g.leases.len()))
-            .collect()
     }
 }
 

@@ -5,7 +5,6 @@ torch_chunked baseline against the oracle, the seed against the oracle in both g
 with and without an initial state (and at chunk sizes 16/32/64, ragged lengths), that every
 output element is written, that inputs are left untouched, and causality.
 """
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -19,28 +18,12 @@ HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE))
 import task  # noqa: E402
 
-spec = importlib.util.spec_from_file_location("kda_seed_chunked", HERE / "seeds" / "chunked.py")
-seed = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(seed)
+from kdacheck import MAX, TOL, load_seed, rel, run  # noqa: E402
 
-TOL = 5e-3     # task.toml rel_rmse
-MAX = 2e-2     # task.toml max_abs
-
-
-def rel(out, ref):
-    out, ref = out.float(), ref.float()
-    assert torch.isfinite(out).all(), "NaN/Inf in output"
-    d = out - ref
-    return (d.norm() / ref.norm()).item(), (d.abs().max() / ref.abs().max()).item()
-
+seed = load_seed("chunked.py")
 
 def run_seed(inputs, cfg=None):
-    B, T, H, K = inputs["q"].shape
-    V = inputs["v"].shape[-1]
-    out = {"o": torch.full((B, T, H, V), float("nan"), dtype=inputs["v"].dtype),
-           "final_state": torch.full((B, H, K, V), float("nan"), dtype=torch.float32)}
-    seed.kda(inputs, out, cfg or {})
-    return out
+    return run(seed, inputs, cfg or {})
 
 
 def shape(B=1, T=77, H=2, K=16, V=16, gate="mild", h0=False):

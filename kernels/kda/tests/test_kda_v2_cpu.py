@@ -8,7 +8,6 @@ compiles for the H200 within its register / shared-memory budget and uses wgmma.
 In CPU mode v2's "lowp" A / P operands are fp32 (no bf16 in the interpreter); the bf16 error
 budget is predicted by tests/emulate_v2.py instead.
 """
-import importlib.util
 import json
 import os
 import subprocess
@@ -26,30 +25,16 @@ sys.path.insert(0, str(HERE))
 import task  # noqa: E402
 
 SEED = HERE / "seeds" / "chunked_v2.py"
-spec = importlib.util.spec_from_file_location("kda_seed_chunked_v2", SEED)
-seed = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(seed)
+from kdacheck import MAX, TOL, load_seed, rel, run  # noqa: E402
+
+seed = load_seed(SEED.name)
 TOML = tomllib.loads((HERE / "task.toml").read_text())
 
-TOL = 5e-3     # task.toml rel_rmse
-MAX = 2e-2     # task.toml max_abs
 SMALL = {"BV": 16}   # smoke shapes have V = 16 / 32
 
 
-def rel(out, ref):
-    out, ref = out.float(), ref.float()
-    assert torch.isfinite(out).all(), "NaN/Inf in output (unwritten or overflow)"
-    d = out - ref
-    return (d.norm() / ref.norm()).item(), (d.abs().max() / ref.abs().max()).item()
-
-
 def run_seed(inputs, cfg=None):
-    B, T, H, K = inputs["q"].shape
-    V = inputs["v"].shape[-1]
-    out = {"o": torch.full((B, T, H, V), float("nan"), dtype=inputs["v"].dtype),
-           "final_state": torch.full((B, H, K, V), float("nan"), dtype=torch.float32)}
-    seed.kda(inputs, out, dict(SMALL, **(cfg or {})))
-    return out
+    return run(seed, inputs, dict(SMALL, **(cfg or {})))
 
 
 def shape(B=1, T=77, H=2, K=16, V=16, gate="mild", h0=False):

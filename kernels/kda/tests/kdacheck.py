@@ -1,0 +1,37 @@
+"""Shared by the KDA CPU tests: load a seed, run it into NaN-poisoned outputs, and measure
+it against the oracle with the task's own tolerances (read from task.toml, never restated)."""
+import importlib.util
+import tomllib
+from pathlib import Path
+
+import torch
+
+TASK_DIR = Path(__file__).resolve().parent.parent
+_TOL = tomllib.loads((TASK_DIR / "task.toml").read_text())["tolerance"]
+TOL = _TOL["rel_rmse"]     # relative RMSE, per output
+MAX = _TOL["max_abs"]      # max |err| / max |ref|, per output
+
+
+def load_seed(name: str):
+    spec = importlib.util.spec_from_file_location(f"kda_seed_{Path(name).stem}", TASK_DIR / "seeds" / name)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def rel(out, ref):
+    """(relative RMSE, max error relative to max |ref|); NaN/Inf fail outright."""
+    out, ref = out.float(), ref.float()
+    assert torch.isfinite(out).all(), "NaN/Inf in output (unwritten or overflow)"
+    d = out - ref
+    return (d.norm() / ref.norm()).item(), (d.abs().max() / ref.abs().max()).item()
+
+
+def run(seed, inputs, cfg):
+    """Runs a seed's `kda` into freshly poisoned outputs and returns them."""
+    B, T, H, K = inputs["q"].shape
+    V = inputs["v"].shape[-1]
+    out = {"o": torch.full((B, T, H, V), float("nan"), dtype=inputs["v"].dtype),
+           "final_state": torch.full((B, H, K, V), float("nan"), dtype=torch.float32)}
+    seed.kda(inputs, out, cfg)
+    return out
