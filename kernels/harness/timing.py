@@ -165,10 +165,11 @@ def time_sides(sides: list[Side], timing: dict, gpu: bool) -> dict:
         return _time_cpu(sides, int(timing.get("cpu_reps", 3)))
 
     # warm-up: compile, autotune, fill caches; at least 2 calls each. Also measure each side's
-    # host time per call (Python wrapper, Triton launcher, dynamo guards, ...).
+    # host time per call (Python wrapper, Triton launcher, dynamo guards, ...). At least 5
+    # calls, so the median host time survives one call preempted by the OS.
     for s in sides:
         t0, n, host = _perf(), 0, []
-        while n < 3 or (_perf() - t0) * 1e3 < warmup_ms:
+        while n < 5 or (_perf() - t0) * 1e3 < warmup_ms:
             s.prepare(n)
             h0 = _perf()
             s.fn()

@@ -7,7 +7,9 @@ from harness.evaluate import evaluate
 
 EXPECTED = {
     # FIELD_NOTES row: output allocated with empty receives the reference's freed output
-    "empty_reuse.py": ("wrong_result", "tolerance"),
+    # (which check fires depends on what the recycled block held: stale poison, NaN bit
+    # patterns or finite garbage; each is a rejection of the same cheat)
+    "empty_reuse.py": ("wrong_result", ("tolerance", "nonfinite", "unwritten")),
     # writes constants that pass a single fixed input
     "constant_output.py": ("wrong_result", "tolerance"),
     # mutates inputs so the reference agrees
@@ -57,11 +59,12 @@ def test_adversarial(name):
     cls, rule = EXPECTED[name]
     r = evaluate({"task_dir": str(DEMO), "candidate": str(ADV / name), "seeds": [5, 6, 7]})
     assert r["class"] == cls, r["message"]
-    assert r.get("rule") == rule, r["message"]
+    rules = rule if isinstance(rule, tuple) else (rule,)
+    assert r.get("rule") in rules, r["message"]
     assert r["message"]
     assert not r["correct"]
     if cls == "rejected" and "line" in r["message"]:
-        assert f"[{rule}]" in r["message"]
+        assert f"[{r['rule']}]" in r["message"]
 
 
 def test_runtime_defences_behind_the_static_rules(monkeypatch):
