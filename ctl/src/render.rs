@@ -732,6 +732,14 @@ pub fn event_summary(kind: &EventKind) -> (String, Option<Style>) {
             };
             (format!("{device} {}{why}", health_str(health)), Some(style))
         }
+        EventKind::AgentFailed {
+            agent,
+            message,
+            failures,
+        } => (
+            format!("{agent} agent failed ({failures} in a row): {message}"),
+            Some(Style::Yellow),
+        ),
     }
 }
 

@@ -132,8 +132,18 @@ pub struct Engine {
     wake: Notify,
     events: broadcast::Sender<Event>,
     stopping: CancellationToken,
+    /// Cancelled when the daemon cannot go on (the event log became unwritable): `run`
+    /// stops and returns the reason, so the process exits non-zero and systemd restarts it.
+    fatal: CancellationToken,
+    fatal_reason: Mutex<Option<String>>,
+    /// Called on every scheduler tick with a one-line status (systemd watchdog + STATUS=):
+    /// a scheduler that stops ticking stops the pings.
+    on_tick: Mutex<Option<TickFn>>,
     started: Instant,
 }
+
+/// What the scheduler calls on each tick, with a one-line status of the daemon.
+pub type TickFn = Box<dyn Fn(&str) + Send + Sync>;
 
 /// Proof that the caller holds `commit_lock`.
 type CommitGuard<'a> = tokio::sync::MutexGuard<'a, ()>;
@@ -184,6 +194,9 @@ impl Engine {
             wake: Notify::new(),
             events,
             stopping,
+            fatal: CancellationToken::new(),
+            fatal_reason: Mutex::new(None),
+            on_tick: Mutex::new(None),
             started: Instant::now(),
         });
         let mode = engine.devices.mode().to_string();
@@ -264,9 +277,63 @@ impl Engine {
         items: Vec<NewEvent>,
     ) -> anyhow::Result<Vec<Event>> {
         let store = self.store.clone();
-        let evs = tokio::task::spawn_blocking(move || store.append(items)).await??;
+        let evs = match tokio::task::spawn_blocking(move || store.append(items)).await? {
+            Ok(evs) => evs,
+            Err(e) => {
+                if let Some(why) = self.store.unwritable() {
+                    self.fail(why.to_string());
+                }
+                return Err(e.into());
+            }
+        };
         self.publish(&evs);
         Ok(evs)
+    }
+
+    /// Stops the daemon for a reason it cannot recover from while running.
+    pub fn fail(&self, reason: String) {
+        let mut r = self.fatal_reason.lock().unwrap();
+        if r.is_none() {
+            tracing::error!("{reason}");
+            *r = Some(reason);
+        }
+        drop(r);
+        self.stopping.cancel();
+        self.fatal.cancel();
+    }
+
+    /// Resolves when `fail` was called; returns its reason.
+    pub async fn failed(&self) -> String {
+        self.fatal.cancelled().await;
+        self.fatal_reason
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap_or_default()
+    }
+
+    /// Installs the per-tick callback (see `on_tick`).
+    pub fn set_on_tick(&self, f: Option<TickFn>) {
+        *self.on_tick.lock().unwrap() = f;
+    }
+
+    /// One line for systemd's STATUS=: goals by state, busy devices.
+    fn status_line(&self) -> String {
+        let st = self.state.lock().unwrap();
+        let count = |s: GoalState| st.goals.values().filter(|g| g.proj.state == s).count();
+        let busy = st.slots.iter().filter(|s| s.lease.is_some()).count();
+        let healthy = st
+            .slots
+            .iter()
+            .filter(|s| s.health == Health::Healthy)
+            .count();
+        format!(
+            "{} running, {} queued, {} paused; {busy}/{} devices busy, {healthy} healthy",
+            count(GoalState::Running),
+            count(GoalState::Queued),
+            count(GoalState::Paused),
+            st.slots.len()
+        )
     }
 
     fn publish(&self, evs: &[Event]) {
@@ -310,6 +377,9 @@ impl Engine {
                     self.check_wall_budgets().await;
                     if ticks.is_multiple_of(HEALTH_EVERY) {
                         self.check_health().await;
+                    }
+                    if let Some(f) = self.on_tick.lock().unwrap().as_ref() {
+                        f(&self.status_line());
                     }
                 }
                 _ = self.stopping.cancelled() => break,
@@ -576,11 +646,39 @@ impl Engine {
         let Some(work) = self.take_work(goal, slot, cancel).await? else {
             return Ok(());
         };
-        let result = self
-            .evaluate(goal, slot, &work, worker, cancel, why)
-            .await?;
-        let Some(result) = result else { return Ok(()) };
-        self.record(goal, slot, &work, result).await
+        let outcome = async {
+            let result = self
+                .evaluate(goal, slot, &work, worker, cancel, why)
+                .await?;
+            let Some(result) = result else { return Ok(()) };
+            self.record(goal, slot, &work, result).await
+        }
+        .await;
+        if let Err(e) = &outcome {
+            // The start is in the log but no result or abort may be: say why it ended, and
+            // free the iteration so it runs again (else the goal would wait on it forever).
+            let still_pending = self
+                .state
+                .lock()
+                .unwrap()
+                .goals
+                .get(goal)
+                .is_some_and(|rt| {
+                    rt.active.contains(&work.iteration)
+                        && rt.proj.pending.contains_key(&work.iteration)
+                });
+            if still_pending {
+                let device = self.slot_uuid(slot);
+                let reason = format!("internal error: {e:#}");
+                if let Err(e2) = self.abort(goal, &work, &device, &reason).await {
+                    tracing::error!(%goal, "recording the abort: {e2:#}");
+                }
+            }
+            if let Some(rt) = self.state.lock().unwrap().goals.get_mut(goal) {
+                rt.active.remove(&work.iteration);
+            }
+        }
+        outcome
     }
 
     /// Describes every seed the log has no description of yet (once per goal, ever).
@@ -752,10 +850,10 @@ impl Engine {
                 .find(|p| !active.contains(&p.iteration))
                 .cloned()
             {
-                if p.attempts >= self.config().max_attempts {
+                if p.unexplained_starts() >= self.config().max_attempts {
                     let msg = format!(
-                        "started {} times without a result (the daemon or its worker died each time); quarantined",
-                        p.attempts
+                        "started {} times without a result or a recorded abort (the daemon or its worker died each time); quarantined",
+                        p.unexplained_starts()
                     );
                     self.append(
                         &guard,
@@ -916,6 +1014,19 @@ impl Engine {
             rt.agent_failures
         };
         tracing::warn!(%goal, failures, "the {kind} agent failed: {e:#}");
+        // In the log, so `events`, `watch` and the next prompt show why nothing is evaluated.
+        self.append(
+            guard,
+            vec![NewEvent::goal(
+                goal,
+                EventKind::AgentFailed {
+                    agent: kind.to_string(),
+                    message: format!("{e:#}"),
+                    failures,
+                },
+            )],
+        )
+        .await?;
         if failures >= MAX_AGENT_FAILURES {
             let why = format!("the {kind} agent failed {failures} times in a row; last: {e:#}");
             self.finish_goal(guard, goal, GoalState::Failed, why)
@@ -1149,7 +1260,8 @@ impl Engine {
                 better.then(|| BestSummary {
                     candidate: p.candidate.clone(),
                     seed: p.seed.clone(),
-                    config: p.config.clone(),
+                    // what ran, defaults filled in: the `BEST` a user takes must run as is
+                    config: result.config.clone().unwrap_or_else(|| p.config.clone()),
                     speedup: s,
                     spread_pct: spread,
                     iteration: p.iteration,
@@ -1390,20 +1502,32 @@ impl Engine {
         if st.goals.contains_key(goal_ref) {
             return Ok(goal_ref.to_string());
         }
-        // By name: the newest active goal of that name, else the newest of that name.
+        // By name: the one active goal of that name, else the newest of that name. Two
+        // active goals of one name are ambiguous: acting on either silently would surprise.
         let mut named: Vec<&GoalRt> = st
             .goals
             .values()
             .filter(|g| g.proj.spec.name == goal_ref)
             .collect();
-        named.sort_by_key(|g| {
-            (
-                !g.proj.state.is_terminal(),
-                g.proj.created_ms,
-                g.proj.id.len(),
-                g.proj.id.clone(),
-            )
-        });
+        named.sort_by_key(|g| (g.proj.created_ms, g.proj.id.len(), g.proj.id.clone()));
+        let active: Vec<&str> = named
+            .iter()
+            .filter(|g| !g.proj.state.is_terminal())
+            .map(|g| g.proj.id.as_str())
+            .collect();
+        if active.len() > 1 {
+            return Err(rpc_err(
+                code::INVALID_PARAMS,
+                format!(
+                    "`{goal_ref}` names {} active goals ({}); use an id",
+                    active.len(),
+                    active.join(", ")
+                ),
+            ));
+        }
+        if let Some(id) = active.first() {
+            return Ok(id.to_string());
+        }
         named.last().map(|g| g.proj.id.clone()).ok_or_else(|| {
             rpc_err(
                 code::GOAL_NOT_FOUND,
@@ -1412,8 +1536,9 @@ impl Engine {
         })
     }
 
-    fn may_modify(&self, uid: u32, owner: u32) -> bool {
-        if uid == 0 || uid == owner || uid == nix::unistd::geteuid().as_raw() {
+    /// Root, or a member of the configured admin group.
+    fn is_admin(&self, uid: u32) -> bool {
+        if uid == 0 {
             return true;
         }
         let Some(group) = &self.config().admin_group else {
@@ -1426,6 +1551,12 @@ impl Engine {
             Ok(Some(u)) => u.gid == g.gid || g.mem.contains(&u.name),
             _ => false,
         }
+    }
+
+    /// A goal's owner, root or the admin group. Not "anyone with the daemon's uid": the
+    /// programs the daemon runs for goals (agents, candidates) would pass that test.
+    fn may_modify(&self, uid: u32, owner: u32) -> bool {
+        uid == owner || self.is_admin(uid)
     }
 
     fn summary(&self, goal: &str) -> RpcResult<GoalSummary> {
@@ -1599,6 +1730,13 @@ impl Engine {
                 format!("goal {id} belongs to uid {owner}; only its owner, root or the admin group may {verb} it"),
             ));
         }
+        if from == to
+            || (verb == "resume" && matches!(from, GoalState::Queued | GoalState::Running))
+        {
+            // Already there: nothing to do, and nothing for a cron job to special-case.
+            drop(guard);
+            return self.summary(&id);
+        }
         if !allowed(from) {
             return Err(rpc_err(
                 code::INVALID_STATE,
@@ -1617,8 +1755,21 @@ impl Engine {
         .map_err(internal)?;
         drop(guard);
         if matches!(to, GoalState::Paused | GoalState::Cancelled) {
-            // Abort what is in flight: the GPU goes to the next goal at once.
+            // Abort what is in flight: the GPU goes to the next goal at once. The reply
+            // waits until the aborts are recorded and the devices free (bounded).
             self.cancel_leases(&id, &format!("goal {to} by uid {uid}"));
+            let deadline = Instant::now() + ABORT_GRACE + Duration::from_secs(2);
+            while Instant::now() < deadline
+                && self
+                    .state
+                    .lock()
+                    .unwrap()
+                    .goals
+                    .get(&id)
+                    .is_some_and(|g| !g.leases.is_empty())
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
         }
         self.wake.notify_one();
         self.summary(&id)
@@ -1647,12 +1798,14 @@ impl Engine {
             config: rec.config.clone(),
             source_hash: rec.source_hash.clone(),
             attempts: 0,
+            aborted: 0,
         };
         let source = self.candidate_source(&id, &pending).map_err(internal)?;
         Ok(BestResult {
             goal: id,
             summary: best,
-            source: with_config_header(&source, &rec.config),
+            // what ran (defaults filled in), else what was proposed (logs from older builds)
+            source: with_config_header(&source, rec.result.config.as_ref().unwrap_or(&rec.config)),
             result: rec.result,
         })
     }

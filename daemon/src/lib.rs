@@ -36,6 +36,9 @@ pub struct RunOptions {
     pub on_ready: Option<Box<dyn FnOnce() + Send>>,
     /// How to rebuild the configuration on a reload, and the SIGHUP that asks for one.
     pub reconfigure: Option<(reconfigure::Rebuild, Arc<tokio::sync::Notify>)>,
+    /// Called on every scheduler tick with a one-line status (systemd WATCHDOG=1 and
+    /// STATUS=): pings come from the loop that does the work, so a stuck daemon stops them.
+    pub on_tick: Option<engine::TickFn>,
 }
 
 /// Runs the daemon until `shutdown` is cancelled, then stops cleanly: evaluations in
@@ -72,6 +75,7 @@ pub async fn run_with(
     }
     let engine =
         engine::Engine::start(config.clone(), store, devices, shutdown.child_token()).await?;
+    engine.set_on_tick(opts.on_tick);
     let listener = rpc::bind(&config.socket).await?;
     tracing::info!(socket = %config.socket.display(), state = %config.state_dir.display(), "kerneld ready");
 
@@ -94,7 +98,10 @@ pub async fn run_with(
         ready();
     }
 
-    shutdown.cancelled().await;
+    let fatal = tokio::select! {
+        _ = shutdown.cancelled() => None,
+        why = engine.failed() => Some(why),
+    };
     tracing::info!("stopping: aborting evaluations in flight");
     let _ = scheduler.await;
     stop_accepting.cancel();
@@ -102,7 +109,11 @@ pub async fn run_with(
     if let Some(s) = spool {
         let _ = s.await;
     }
-    engine.record_stop("shutdown requested").await?;
     let _ = std::fs::remove_file(&config.socket);
+    if let Some(why) = fatal {
+        // The log cannot take the stop record either; the restart reopens it.
+        return Err(anyhow::anyhow!(why));
+    }
+    engine.record_stop("shutdown requested").await?;
     Ok(())
 }

@@ -88,6 +88,28 @@ fn build_config(cli: &Cli) -> Result<Config, String> {
     Ok(cfg)
 }
 
+/// systemd's watchdog and STATUS= line, fed by the scheduler's tick: a daemon whose
+/// scheduler is stuck stops pinging and is restarted (WatchdogSec in the unit).
+fn systemd_tick() -> kerneld::engine::TickFn {
+    let mut usec = 0u64;
+    let watchdog = sd_notify::watchdog_enabled(false, &mut usec) && usec > 0;
+    let last_status = std::sync::Mutex::new(String::new());
+    Box::new(move |status: &str| {
+        let mut states = Vec::new();
+        if watchdog {
+            states.push(sd_notify::NotifyState::Watchdog);
+        }
+        let mut last = last_status.lock().unwrap();
+        if *last != status {
+            *last = status.to_string();
+            states.push(sd_notify::NotifyState::Status(status));
+        }
+        if !states.is_empty() {
+            let _ = sd_notify::notify(false, &states);
+        }
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
@@ -149,6 +171,7 @@ fn main() -> ExitCode {
     let opts = RunOptions {
         reconfigure: Some((Box::new(move || build_config(&rebuild_cli)), hup)),
         devices: None,
+        on_tick: Some(systemd_tick()),
         on_ready: Some(Box::new(|| {
             let _ = sd_notify::notify(
                 false,
@@ -159,20 +182,7 @@ fn main() -> ExitCode {
             );
         })),
     };
-    let result = runtime.block_on(async {
-        // systemd watchdog: ping at half the interval it asks for.
-        let mut usec = 0u64;
-        if sd_notify::watchdog_enabled(false, &mut usec) && usec > 0 {
-            let every = Duration::from_micros(usec / 2);
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(every).await;
-                    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
-                }
-            });
-        }
-        kerneld::run_with(cfg, shutdown, opts).await
-    });
+    let result = runtime.block_on(kerneld::run_with(cfg, shutdown, opts));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -19,8 +19,20 @@ pub struct Pending {
     /// Source hash when the candidate's source is not a seed's.
     #[serde(default)]
     pub source_hash: Option<String>,
-    /// How many times an evaluation of it started (a restart re-runs it; too many → quarantine).
+    /// How many times an evaluation of it started (a restart re-runs it).
     pub attempts: u32,
+    /// How many of those starts ended in a recorded abort (pause, cancel, a clean stop):
+    /// the rest ended with no record at all, i.e. the daemon or its worker died, and too
+    /// many of those quarantine the candidate.
+    #[serde(default)]
+    pub aborted: u32,
+}
+
+impl Pending {
+    /// Starts that ended with neither a result nor a recorded abort.
+    pub fn unexplained_starts(&self) -> u32 {
+        self.attempts.saturating_sub(self.aborted)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -129,6 +141,7 @@ impl GoalProjection {
                         config: config.clone(),
                         source_hash: source.as_deref().map(crate::store::source_hash),
                         attempts: 0,
+                        aborted: 0,
                     },
                 );
             }
@@ -154,11 +167,16 @@ impl GoalProjection {
                 self.last_improvement = best.iteration;
                 self.best = Some(best.clone());
             }
-            EventKind::EvaluationAborted { .. }
-            | EventKind::GoalEnqueued { .. }
+            EventKind::EvaluationAborted { iteration, .. } => {
+                if let Some(p) = self.pending.get_mut(iteration) {
+                    p.aborted += 1;
+                }
+            }
+            EventKind::GoalEnqueued { .. }
             | EventKind::DaemonStarted { .. }
             | EventKind::DaemonStopped { .. }
-            | EventKind::DeviceHealth { .. } => {}
+            | EventKind::DeviceHealth { .. }
+            | EventKind::AgentFailed { .. } => {}
         }
     }
 
@@ -217,5 +235,68 @@ pub(crate) fn test_spec(seed_source: &str) -> GoalSpec {
             gpus: 1,
             priority: 0,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ev(seq: u64, kind: EventKind) -> Event {
+        Event {
+            seq,
+            time_ms: seq,
+            goal: Some("g1".into()),
+            kind,
+        }
+    }
+
+    #[test]
+    fn recorded_aborts_are_not_unexplained_starts() {
+        let mut g = GoalProjection::new("g1", test_spec("x"), 0, 0);
+        g.apply(&ev(
+            1,
+            EventKind::CandidateProposed {
+                iteration: 1,
+                candidate: "c".into(),
+                seed: "a.py".into(),
+                config: json!({}),
+                agent: "search".into(),
+                source: None,
+                note: None,
+            },
+        ));
+        let started = |seq, attempt| {
+            ev(
+                seq,
+                EventKind::EvaluationStarted {
+                    iteration: 1,
+                    candidate: "c".into(),
+                    device: "cpu".into(),
+                    attempt,
+                },
+            )
+        };
+        let aborted = |seq| {
+            ev(
+                seq,
+                EventKind::EvaluationAborted {
+                    iteration: 1,
+                    candidate: "c".into(),
+                    device: "cpu".into(),
+                    reason: "daemon stopping".into(),
+                },
+            )
+        };
+        // two clean stops, then a crash (a start with nothing after it)
+        g.apply(&started(2, 1));
+        g.apply(&aborted(3));
+        g.apply(&started(4, 2));
+        g.apply(&aborted(5));
+        g.apply(&started(6, 3));
+        let p = &g.pending[&1];
+        assert_eq!(p.attempts, 3);
+        assert_eq!(p.unexplained_starts(), 1);
     }
 }

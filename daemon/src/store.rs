@@ -41,6 +41,10 @@ pub enum StoreError {
     Corrupt(String),
     #[error("no goal {0}")]
     NoGoal(String),
+    /// A write failed (disk full, I/O error). redb refuses every later write until the
+    /// database is reopened, so the store says so at once instead of failing each time.
+    #[error("event log {path} can no longer be written since: {first}; kerneld stops so that it never acknowledges what is not durable; free space in that directory and start it again (systemd restarts it)")]
+    Unwritable { path: PathBuf, first: String },
 }
 
 fn db_err(path: &Path, e: impl Into<redb::Error>) -> StoreError {
@@ -87,6 +91,8 @@ impl NewEvent {
 pub struct Store {
     db: Database,
     path: PathBuf,
+    /// The first failed write, once one failed: every later write is refused.
+    broken: std::sync::Mutex<Option<String>>,
 }
 
 pub fn now_ms() -> u64 {
@@ -111,6 +117,7 @@ impl Store {
         let store = Store {
             db,
             path: path.to_path_buf(),
+            broken: std::sync::Mutex::new(None),
         };
         // Create every table once so readers never meet a missing one.
         let tx = store.db.begin_write().map_err(|e| db_err(path, e))?;
@@ -130,39 +137,68 @@ impl Store {
         db_err(&self.path, e)
     }
 
+    /// Why writes are refused, if a write has failed since the store was opened.
+    pub fn unwritable(&self) -> Option<StoreError> {
+        let first = self.broken.lock().unwrap().clone()?;
+        Some(StoreError::Unwritable {
+            path: self.path.clone(),
+            first,
+        })
+    }
+
+    /// Runs one write transaction; a database error marks the store unwritable.
+    fn write<T>(
+        &self,
+        f: impl FnOnce(&redb::WriteTransaction) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        if let Some(e) = self.unwritable() {
+            return Err(e);
+        }
+        let outcome = (|| {
+            let tx = self.db.begin_write().map_err(|e| self.err(e))?;
+            let out = f(&tx)?;
+            tx.commit().map_err(|e| self.err(e))?;
+            Ok(out)
+        })();
+        if let Err(StoreError::Db { source, .. }) = &outcome {
+            self.broken
+                .lock()
+                .unwrap()
+                .get_or_insert_with(|| source.to_string());
+        }
+        outcome
+    }
+
     /// Creates a goal: allocates its id and commits `GoalEnqueued`, durably.
     pub fn enqueue_goal(
         &self,
         spec: GoalSpec,
         owner_uid: u32,
     ) -> Result<(String, Vec<Event>), StoreError> {
-        let tx = self.db.begin_write().map_err(|e| self.err(e))?;
-        let id = {
-            let mut meta = tx.open_table(META).map_err(|e| self.err(e))?;
-            let n = meta
-                .get("next_goal")
-                .map_err(|e| self.err(e))?
-                .map_or(1, |v| v.value());
-            meta.insert("next_goal", n + 1).map_err(|e| self.err(e))?;
-            format!("g{n}")
-        };
-        let events = self.append_in(
-            &tx,
-            vec![NewEvent::goal(
-                &id,
-                EventKind::GoalEnqueued { spec, owner_uid },
-            )],
-        )?;
-        tx.commit().map_err(|e| self.err(e))?;
-        Ok((id, events))
+        self.write(|tx| {
+            let id = {
+                let mut meta = tx.open_table(META).map_err(|e| self.err(e))?;
+                let n = meta
+                    .get("next_goal")
+                    .map_err(|e| self.err(e))?
+                    .map_or(1, |v| v.value());
+                meta.insert("next_goal", n + 1).map_err(|e| self.err(e))?;
+                format!("g{n}")
+            };
+            let events = self.append_in(
+                tx,
+                vec![NewEvent::goal(
+                    &id,
+                    EventKind::GoalEnqueued { spec, owner_uid },
+                )],
+            )?;
+            Ok((id, events))
+        })
     }
 
     /// Appends events and updates the projections in one durable transaction.
     pub fn append(&self, items: Vec<NewEvent>) -> Result<Vec<Event>, StoreError> {
-        let tx = self.db.begin_write().map_err(|e| self.err(e))?;
-        let events = self.append_in(&tx, items)?;
-        tx.commit().map_err(|e| self.err(e))?;
-        Ok(events)
+        self.write(|tx| self.append_in(tx, items))
     }
 
     fn append_in(

@@ -518,6 +518,10 @@ pub struct EvalResult {
     pub device: Value,
     #[serde(default)]
     pub elapsed_s: f64,
+    /// The full configuration the harness ran: the proposal with the candidate's defaults
+    /// filled in (an agent may propose only some keys). What `best -o` writes as `BEST`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<Value>,
 }
 
 impl EvalResult {
@@ -535,6 +539,7 @@ impl EvalResult {
             profile: Value::Null,
             device: Value::Null,
             elapsed_s,
+            config: None,
         }
     }
 
@@ -633,6 +638,13 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// The agent could not propose (a program that crashed or timed out, an endpoint that
+    /// failed, a repeat); `failures` in a row, and the goal fails after a few.
+    AgentFailed {
+        agent: String,
+        message: String,
+        failures: u32,
+    },
 }
 
 impl EventKind {
@@ -649,6 +661,7 @@ impl EventKind {
             EventKind::EvaluationAborted { .. } => "evaluation_aborted",
             EventKind::NewBest { .. } => "new_best",
             EventKind::DeviceHealth { .. } => "device_health",
+            EventKind::AgentFailed { .. } => "agent_failed",
         }
     }
 }

@@ -199,7 +199,10 @@ def evaluate(req: dict) -> dict:
     if not isinstance(config_req, dict):
         raise RequestError("`config` must be an object")
 
+    ran = {}
+
     def done(r):
+        r.update(ran)
         r["elapsed_s"] = round(time.perf_counter() - t_start, 3)
         if r.get("device") is None and not cpu:
             r["device"] = dev.snapshot()
@@ -218,6 +221,7 @@ def evaluate(req: dict) -> dict:
         fn = cand.entry(task.entry)
     except (ValueError, ImportFailed) as e:
         return done(_result("error", str(e)))
+    ran["config"] = config  # every result from here on names the full configuration run
 
     device, dtype, sync = dev.device_str(), low_dtype(cpu), sync_fn(cpu)
     checks: list[dict] = []

@@ -86,9 +86,18 @@ echo "BLOCK_M for iteration $KERNELD_ITERATION" > NOTE.md
     let file = dir.path().join("best.py");
     let out = kernelctl(&d.socket, &["best", &id, "-o", file.to_str().unwrap()]);
     assert!(out.status.success());
-    assert!(std::fs::read_to_string(&file)
-        .unwrap()
-        .contains("def matmul"));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("def matmul"));
+    // The agent proposed only BLOCK_M; the BEST written is what ran, defaults filled in,
+    // so the file works as is.
+    let best_line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("BEST = "))
+        .expect("a BEST line");
+    for key in ["\"BLOCK_M\"", "\"BLOCK_N\"", "\"BLOCK_K\"", "\"num_warps\""] {
+        assert!(best_line.contains(key), "{best_line}");
+    }
 }
 
 #[test]
@@ -110,6 +119,21 @@ fn a_failing_program_fails_the_goal_with_its_output() {
         "{reason}"
     );
     assert_eq!(g.evaluations, 0);
+    // Each failure is in the log, not only in the daemon's stderr.
+    let failures: Vec<u32> = d
+        .events(0)
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::AgentFailed {
+                failures, message, ..
+            } => {
+                assert!(message.contains("model unreachable"), "{message}");
+                Some(*failures)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failures, vec![1, 2, 3]);
 }
 
 /// A stand-in for an OpenAI-compatible endpoint (this machine runs no model): it checks
