@@ -419,15 +419,12 @@ impl Engine {
         }
         let now = Instant::now();
         let mut st = self.state.lock().unwrap();
-        loop {
-            let Some(slot) = st.slots.iter().position(|s| {
-                s.lease.is_none()
-                    && !s.warming
-                    && s.health == Health::Healthy
-                    && s.not_before.is_none_or(|t| t <= now)
-            }) else {
-                break;
-            };
+        while let Some(slot) = st.slots.iter().position(|s| {
+            s.lease.is_none()
+                && !s.warming
+                && s.health == Health::Healthy
+                && s.not_before.is_none_or(|t| t <= now)
+        }) {
             let contenders: Vec<Contender> = st
                 .goals
                 .values()
@@ -1430,7 +1427,9 @@ impl Engine {
     }
 
     async fn check_health(&self) {
-        let (uuids, ours): (Vec<(usize, String, Health, bool)>, BTreeSet<u32>) = {
+        // (slot, uuid, health, due for a check) per device, and our workers' pids
+        type Devices = Vec<(usize, String, Health, bool)>;
+        let (uuids, ours): (Devices, BTreeSet<u32>) = {
             let st = self.state.lock().unwrap();
             let now = Instant::now();
             (

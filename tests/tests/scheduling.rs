@@ -173,7 +173,7 @@ fn priority_then_fair_share_then_pause_hands_over() {
         d.gpus().devices[0]
             .lease
             .as_ref()
-            .map_or(false, |l| l.goal == a || l.goal == b)
+            .is_some_and(|l| l.goal == a || l.goal == b)
     });
     assert!(
         handed,
