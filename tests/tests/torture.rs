@@ -115,7 +115,7 @@ fn sigkill_at_many_moments_loses_nothing() {
                     armed_at = Some(Instant::now());
                     false
                 }
-                (Moment::Evaluating, _) => armed_at.map_or(false, |t| t.elapsed() >= eval_delay),
+                (Moment::Evaluating, _) => armed_at.is_some_and(|t| t.elapsed() >= eval_delay),
                 _ => false,
             };
             if fire {
