@@ -740,6 +740,13 @@ pub fn event_summary(kind: &EventKind) -> (String, Option<Style>) {
             format!("{agent} agent failed ({failures} in a row): {message}"),
             Some(Style::Yellow),
         ),
+        EventKind::Downtime { from_ms, to_ms } => (
+            format!(
+                "daemon was down {:.0} s: not counted against the wall budget",
+                to_ms.saturating_sub(*from_ms) as f64 / 1000.0
+            ),
+            Some(Style::Dim),
+        ),
     }
 }
 

@@ -200,13 +200,44 @@ impl Engine {
             started: Instant::now(),
         });
         let mode = engine.devices.mode().to_string();
-        engine
-            .commit(vec![NewEvent::daemon(EventKind::DaemonStarted {
-                version: env!("CARGO_PKG_VERSION").into(),
-                pid: std::process::id(),
-                mode,
-            })])
-            .await?;
+        // The log's last event is the last moment this daemon is known to have been alive
+        // (a clean stop records one; after a crash it is a little early). Running goals'
+        // wall clocks skip the time between it and now: a budget of "10h" means ten hours
+        // of optimizing, not ten hours of which the machine was off for six.
+        let last_alive = {
+            let s = engine.store.clone();
+            tokio::task::spawn_blocking(move || s.last_events(None, 1))
+                .await??
+                .last()
+                .map(|e| e.time_ms)
+        };
+        let now = now_ms();
+        let mut items = vec![NewEvent::daemon(EventKind::DaemonStarted {
+            version: env!("CARGO_PKG_VERSION").into(),
+            pid: std::process::id(),
+            mode,
+        })];
+        if let Some(from_ms) = last_alive.filter(|&t| t < now) {
+            let running: Vec<String> = engine
+                .state
+                .lock()
+                .unwrap()
+                .goals
+                .values()
+                .filter(|g| g.proj.running_since_ms.is_some())
+                .map(|g| g.proj.id.clone())
+                .collect();
+            for goal in running {
+                items.push(NewEvent::goal(
+                    &goal,
+                    EventKind::Downtime {
+                        from_ms,
+                        to_ms: now,
+                    },
+                ));
+            }
+        }
+        engine.commit(items).await?;
         Ok(engine)
     }
 

@@ -177,6 +177,12 @@ impl GoalProjection {
             | EventKind::DaemonStopped { .. }
             | EventKind::DeviceHealth { .. }
             | EventKind::AgentFailed { .. } => {}
+            EventKind::Downtime { from_ms, to_ms } => {
+                if let Some(since) = self.running_since_ms {
+                    self.wall_ms += from_ms.saturating_sub(since);
+                    self.running_since_ms = Some((*to_ms).max(since));
+                }
+            }
         }
     }
 
@@ -298,5 +304,35 @@ mod tests {
         let p = &g.pending[&1];
         assert_eq!(p.attempts, 3);
         assert_eq!(p.unexplained_starts(), 1);
+    }
+
+    #[test]
+    fn downtime_is_not_wall_time() {
+        let mut g = GoalProjection::new("g1", test_spec("x"), 0, 0);
+        let mut at = |time_ms, kind| {
+            g.apply(&Event {
+                seq: time_ms,
+                time_ms,
+                goal: Some("g1".into()),
+                kind,
+            })
+        };
+        at(
+            1_000,
+            EventKind::GoalStateChanged {
+                from: GoalState::Queued,
+                to: GoalState::Running,
+                reason: None,
+            },
+        );
+        // alive until 5 s, down until 3605 s, then running again
+        at(
+            3_605_000,
+            EventKind::Downtime {
+                from_ms: 5_000,
+                to_ms: 3_605_000,
+            },
+        );
+        assert_eq!(g.wall_ms_at(3_607_000), 4_000 + 2_000);
     }
 }

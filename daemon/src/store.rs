@@ -114,6 +114,11 @@ impl Store {
             }
             Err(e) => return Err(db_err(path, e)),
         };
+        Store::init(db, path)
+    }
+
+    /// Creates the tables on a freshly opened database.
+    fn init(db: Database, path: &Path) -> Result<Store, StoreError> {
         let store = Store {
             db,
             path: path.to_path_buf(),
@@ -465,6 +470,7 @@ impl Store {
 mod tests {
     use super::*;
     use crate::wire::*;
+    use std::sync::Arc;
 
     fn spec() -> GoalSpec {
         crate::projection::test_spec("x")
@@ -476,6 +482,79 @@ mod tests {
             std::process::id(),
             rand::random::<u64>()
         ))
+    }
+
+    /// Memory that can be made to fail writes like a full disk.
+    #[derive(Debug)]
+    struct FillableBackend {
+        inner: redb::backends::InMemoryBackend,
+        full: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl redb::StorageBackend for FillableBackend {
+        fn len(&self) -> Result<u64, std::io::Error> {
+            self.inner.len()
+        }
+        fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>, std::io::Error> {
+            self.inner.read(offset, len)
+        }
+        fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+            self.check()?;
+            self.inner.set_len(len)
+        }
+        fn sync_data(&self, eventual: bool) -> Result<(), std::io::Error> {
+            self.check()?;
+            self.inner.sync_data(eventual)
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+            self.check()?;
+            self.inner.write(offset, data)
+        }
+    }
+
+    impl FillableBackend {
+        fn check(&self) -> Result<(), std::io::Error> {
+            if self.full.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(std::io::Error::from_raw_os_error(28)); // ENOSPC
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_failed_write_makes_the_store_refuse_writes_with_a_clear_reason() {
+        let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let backend = FillableBackend {
+            inner: redb::backends::InMemoryBackend::new(),
+            full: full.clone(),
+        };
+        let db = redb::Builder::new().create_with_backend(backend).unwrap();
+        let store = Store::init(db, Path::new("/var/lib/kerneld/events.redb")).unwrap();
+        let (id, _) = store.enqueue_goal(spec(), 1000).unwrap();
+        assert!(store.unwritable().is_none());
+
+        full.store(true, std::sync::atomic::Ordering::SeqCst);
+        let state = |to| {
+            vec![NewEvent::goal(
+                &id,
+                EventKind::GoalStateChanged {
+                    from: GoalState::Queued,
+                    to,
+                    reason: None,
+                },
+            )]
+        };
+        assert!(store.append(state(GoalState::Running)).is_err());
+        let why = store.unwritable().expect("marked unwritable").to_string();
+        assert!(why.contains("/var/lib/kerneld/events.redb"), "{why}");
+        assert!(why.contains("free space"), "{why}");
+
+        // Space back: still refused (redb needs a reopen), at once and with the reason.
+        full.store(false, std::sync::atomic::Ordering::SeqCst);
+        let err = store.append(state(GoalState::Running)).unwrap_err();
+        assert!(matches!(err, StoreError::Unwritable { .. }), "{err}");
+        // Reads still work: status stays available while the daemon stops.
+        assert_eq!(store.goals().unwrap().len(), 1);
     }
 
     #[test]

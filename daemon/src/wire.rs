@@ -645,6 +645,12 @@ pub enum EventKind {
         message: String,
         failures: u32,
     },
+    /// The daemon was down from `from_ms` (its last event) to `to_ms` (its restart): a
+    /// running goal's wall clock does not count that time.
+    Downtime {
+        from_ms: u64,
+        to_ms: u64,
+    },
 }
 
 impl EventKind {
@@ -662,6 +668,7 @@ impl EventKind {
             EventKind::NewBest { .. } => "new_best",
             EventKind::DeviceHealth { .. } => "device_health",
             EventKind::AgentFailed { .. } => "agent_failed",
+            EventKind::Downtime { .. } => "downtime",
         }
     }
 }
