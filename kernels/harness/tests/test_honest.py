@@ -28,6 +28,8 @@ def test_honest_configs(seed_file, ci):
     assert {s["shape"] for s in r["shapes"]} == {"s16", "s_odd"}
     assert r["speedup"] is not None
     assert r["profile"]["kernels"] and r["profile"]["kernels"][0]["name"] == "_matmul_kernel"
+    # the result names the full configuration that ran: the request's keys over DEFAULT
+    assert r["config"] == {**d["default"], **(CONFIGS[ci] or {})}
 
 
 def test_config_outside_space_is_an_error():
