@@ -92,7 +92,7 @@ fn build_config(cli: &Cli) -> Result<Config, String> {
 /// Colour in the log only for a person at a terminal: the journal or a log file would
 /// keep the escape codes as garbage. NO_COLOR counts when non-empty (no-color.org).
 fn log_colours(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
-    stderr_is_terminal && !no_color.is_some_and(|v| !v.is_empty())
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 fn main() -> ExitCode {
