@@ -20,8 +20,12 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Debug)]
 pub enum ClientError {
-    /// No daemon at the socket (missing, refused, not permitted).
-    Unreachable { socket: PathBuf, reason: String },
+    /// No daemon at the socket (missing, refused, not permitted); `kind` says which.
+    Unreachable {
+        socket: PathBuf,
+        kind: io::ErrorKind,
+        reason: String,
+    },
     /// A daemon accepted the connection but did not answer in time.
     Unresponsive { socket: PathBuf },
     /// The daemon closed the connection before it answered (or while following).
@@ -37,7 +41,7 @@ pub enum ClientError {
 impl std::fmt::Display for ClientError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ClientError::Unreachable { socket, reason } => {
+            ClientError::Unreachable { socket, reason, .. } => {
                 write!(f, "cannot reach kerneld at {}: {reason}", socket.display())
             }
             ClientError::Unresponsive { socket } => {
@@ -74,15 +78,16 @@ pub struct Client {
 impl Client {
     /// Connects to the daemon's socket; every failure to do so is `Unreachable`.
     pub fn connect(socket: &Path) -> Result<Client, ClientError> {
-        let unreachable = |reason: String| ClientError::Unreachable {
+        let unreachable = |e: io::Error| ClientError::Unreachable {
             socket: socket.to_path_buf(),
-            reason,
+            kind: e.kind(),
+            reason: connect_reason(&e),
         };
-        let stream = UnixStream::connect(socket).map_err(|e| unreachable(connect_reason(&e)))?;
+        let stream = UnixStream::connect(socket).map_err(unreachable)?;
         stream
             .set_read_timeout(Some(CALL_TIMEOUT))
-            .map_err(|e| unreachable(e.to_string()))?;
-        let reader = BufReader::new(stream.try_clone().map_err(|e| unreachable(e.to_string()))?);
+            .map_err(unreachable)?;
+        let reader = BufReader::new(stream.try_clone().map_err(unreachable)?);
         Ok(Client {
             socket: socket.to_path_buf(),
             writer: stream,

@@ -4,6 +4,8 @@
 //! Plain output is for people; `--json` prints the daemon's result as-is for scripts.
 //! Exit codes: 0 ok, 1 failed (the daemon said no, or the operation failed), 2 usage,
 //! 3 daemon not reachable. A closed stdout (`| head`) ends the command quietly.
+//! Errors go to stderr: a line for people, or one JSON object with --json.
+//! With -q a successful command prints nothing (cron mails whatever a job prints).
 
 mod client;
 mod render;
@@ -13,7 +15,9 @@ use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use kerneld::paths::{choose_socket, SocketEnv};
 use kerneld::wire::{
     self, code, method, BestResult, ContextResult, EnqueueParams, EnqueueResult, Event,
     EventsParams, GoalDetail, GoalRef, GoalState, GoalSummary, GpusResult, RpcError, StatusParams,
@@ -34,13 +38,13 @@ use render::Paint;
     after_help = "Exit status: 0 ok, 1 failed (the daemon refused, or the operation failed), 2 usage, 3 daemon not reachable."
 )]
 struct Cli {
-    /// The daemon's socket [default: $XDG_RUNTIME_DIR/kerneld.sock for a user daemon, else /run/kerneld/kerneld.sock]
+    /// The daemon's socket [default: $XDG_RUNTIME_DIR/kerneld.sock, else /run/user/$UID/kerneld.sock for a user, else /run/kerneld/kerneld.sock; the first that exists]
     #[arg(long, global = true, env = "KERNELD_SOCKET", value_name = "PATH")]
     socket: Option<PathBuf>,
-    /// Print the daemon's result as JSON (JSON lines for event streams)
+    /// Print the daemon's result as JSON (JSON lines for event streams); errors as one JSON object on stderr
     #[arg(long, global = true)]
     json: bool,
-    /// Print nothing but results and errors
+    /// Print nothing on success, for cron (files named with -o are still written); errors still go to stderr
     #[arg(short, long, global = true)]
     quiet: bool,
     #[command(subcommand)]
@@ -134,24 +138,71 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => return usage_error(e),
+    };
+    let (socket, socket_origin) = match (cli.socket.clone(), matches.value_source("socket")) {
+        (Some(path), Some(ValueSource::EnvVariable)) => (path, SocketOrigin::Env),
+        (Some(path), _) => (path, SocketOrigin::Flag),
+        (None, _) => {
+            // The daemon's own rule (kerneld::paths), so both ends agree.
+            let choice = choose_socket(&SocketEnv::current());
+            (
+                choice.chosen,
+                SocketOrigin::Default {
+                    tried: choice.tried,
+                },
+            )
+        }
+    };
+    let stdout_is_terminal = io::stdout().is_terminal();
     let ctx = Ctx {
-        socket: cli
-            .socket
-            .clone()
-            .unwrap_or_else(kerneld::paths::default_socket),
+        socket,
+        socket_origin,
         json: cli.json,
         quiet: cli.quiet,
-        paint: Paint::detect(io::stdout().is_terminal()),
+        paint: Paint::detect(stdout_is_terminal),
+        fit: render::Fit::for_stdout(stdout_is_terminal),
     };
     match run(cli.command, &ctx) {
         Ok(code) => ExitCode::from(code),
         Err(Failure::StdoutClosed) => ExitCode::SUCCESS,
         Err(failure) => {
-            let _ = writeln!(io::stderr(), "{}", failure.message(&ctx.socket));
-            ExitCode::from(failure.exit_code())
+            let report = failure.report(&ctx.socket, &ctx.socket_origin);
+            let text = if ctx.json {
+                report.json()
+            } else {
+                report.text()
+            };
+            let _ = writeln!(io::stderr(), "{text}");
+            ExitCode::from(report.exit)
         }
     }
+}
+
+/// A command line clap refuses: its own message, or with --json the same as one JSON object.
+/// Help and --version are not errors and print as clap does.
+fn usage_error(e: clap::Error) -> ExitCode {
+    let wants_json = std::env::args_os().skip(1).any(|a| a == "--json");
+    if !wants_json || !e.use_stderr() {
+        e.exit();
+    }
+    let text = e.to_string();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or("invalid command line");
+    let rest: Vec<&str> = lines.collect();
+    let report = ErrorReport {
+        code: None,
+        message: first.strip_prefix("error: ").unwrap_or(first).to_string(),
+        hint: (!rest.is_empty()).then(|| rest.join("; ")),
+        exit: 2,
+    };
+    let _ = writeln!(io::stderr(), "{}", report.json());
+    ExitCode::from(2)
 }
 
 fn run(command: Command, ctx: &Ctx) -> Result<u8, Failure> {
@@ -192,9 +243,23 @@ fn run(command: Command, ctx: &Ctx) -> Result<u8, Failure> {
 
 struct Ctx {
     socket: PathBuf,
+    socket_origin: SocketOrigin,
     json: bool,
     quiet: bool,
     paint: Paint,
+    /// Free text cut to fit a terminal, or whole for a pipe or a file.
+    fit: render::Fit,
+}
+
+/// Where the socket's path came from; said in the error when nothing listens there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum SocketOrigin {
+    Flag,
+    Env,
+    /// The default: every place looked at, in order.
+    Default {
+        tried: Vec<PathBuf>,
+    },
 }
 
 impl Ctx {
@@ -211,6 +276,27 @@ impl Ctx {
         if !self.quiet {
             let _ = writeln!(io::stderr(), "{text}");
         }
+    }
+
+    /// A command's output on stdout; nothing with --quiet.
+    fn print(&self, text: &str) -> Result<(), Failure> {
+        if self.quiet {
+            return Ok(());
+        }
+        write_stdout(text)
+    }
+
+    /// `print` with a newline at the end.
+    fn print_line(&self, text: &str) -> Result<(), Failure> {
+        if text.ends_with('\n') {
+            self.print(text)
+        } else {
+            self.print(&format!("{text}\n"))
+        }
+    }
+
+    fn print_json(&self, value: &Value) -> Result<(), Failure> {
+        self.print_line(&serde_json::to_string_pretty(value).unwrap_or_default())
     }
 }
 
@@ -243,25 +329,71 @@ impl Failure {
         }
     }
 
-    /// `kernelctl: <what went wrong>`, and a line with a hint where one helps.
-    fn message(&self, socket: &Path) -> String {
-        let (text, hint) = match self {
-            Failure::StdoutClosed => (String::new(), None),
-            Failure::Failed(m) => (m.clone(), None),
-            Failure::Client(e @ ClientError::Unreachable { .. }) => {
-                (e.to_string(), Some(start_hint(socket)))
+    /// What went wrong, a hint where one helps, and the exit code.
+    fn report(&self, socket: &Path, origin: &SocketOrigin) -> ErrorReport {
+        let (code, message, hint) = match self {
+            Failure::StdoutClosed => (None, String::new(), None),
+            Failure::Failed(m) => (None, m.clone(), None),
+            Failure::Client(e @ ClientError::Unreachable { kind, .. }) => {
+                let message = match origin {
+                    SocketOrigin::Default { tried } if *kind == io::ErrorKind::NotFound => {
+                        let tried: Vec<String> =
+                            tried.iter().map(|p| p.display().to_string()).collect();
+                        format!(
+                            "cannot reach kerneld: no socket at the default locations (tried {})",
+                            tried.join(", ")
+                        )
+                    }
+                    SocketOrigin::Env => format!("{e} (KERNELD_SOCKET)"),
+                    _ => e.to_string(),
+                };
+                (None, message, Some(start_hint(socket)))
             }
             Failure::Client(e @ ClientError::Unresponsive { .. }) => (
+                None,
                 e.to_string(),
                 Some("`systemctl status kerneld` or the daemon's log says what it is doing".into()),
             ),
-            Failure::Client(ClientError::Rpc(rpc)) => (rpc.message.clone(), rpc_hint(rpc)),
-            Failure::Client(e) => (e.to_string(), None),
+            Failure::Client(ClientError::Rpc(rpc)) => {
+                (Some(rpc.code), rpc.message.clone(), rpc_hint(rpc))
+            }
+            Failure::Client(e) => (None, e.to_string(), None),
         };
-        match hint {
-            Some(h) => format!("kernelctl: {text}\nhint: {h}"),
-            None => format!("kernelctl: {text}"),
+        ErrorReport {
+            code,
+            message,
+            hint,
+            exit: self.exit_code(),
         }
+    }
+}
+
+/// A failure as the user sees it on stderr.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct ErrorReport {
+    /// The daemon's JSON-RPC error code, when the daemon refused.
+    code: Option<i64>,
+    message: String,
+    hint: Option<String>,
+    exit: u8,
+}
+
+impl ErrorReport {
+    /// `kernelctl: <what went wrong>`, and a line with a hint where one helps.
+    fn text(&self) -> String {
+        match &self.hint {
+            Some(h) => format!("kernelctl: {}\nhint: {h}", self.message),
+            None => format!("kernelctl: {}", self.message),
+        }
+    }
+
+    /// `{"error":{"code":…,"message":…,"hint":…,"exit":N}}` in one line, for --json.
+    fn json(&self) -> String {
+        #[derive(Serialize)]
+        struct Wrapped<'a> {
+            error: &'a ErrorReport,
+        }
+        serde_json::to_string(&Wrapped { error: self }).unwrap_or_default()
     }
 }
 
@@ -309,8 +441,9 @@ fn rpc_hint(e: &RpcError) -> Option<String> {
     Some(hint.to_string())
 }
 
-/// Writes to stdout; a reader that went away is not an error.
-fn out(text: &str) -> Result<(), Failure> {
+/// Writes to stdout, --quiet or not (use `Ctx::print` for a command's output); a reader
+/// that went away is not an error.
+fn write_stdout(text: &str) -> Result<(), Failure> {
     let mut stdout = io::stdout().lock();
     stdout
         .write_all(text.as_bytes())
@@ -319,18 +452,6 @@ fn out(text: &str) -> Result<(), Failure> {
             io::ErrorKind::BrokenPipe => Failure::StdoutClosed,
             _ => Failure::Failed(format!("cannot write to stdout: {e}")),
         })
-}
-
-fn out_line(text: &str) -> Result<(), Failure> {
-    if text.ends_with('\n') {
-        out(text)
-    } else {
-        out(&format!("{text}\n"))
-    }
-}
-
-fn print_json(value: &Value) -> Result<(), Failure> {
-    out_line(&serde_json::to_string_pretty(value).unwrap_or_default())
 }
 
 /// Writes a file whole or not at all: to a temporary name beside it, then renamed.
@@ -365,7 +486,7 @@ fn answer<T: DeserializeOwned>(
 ) -> Result<u8, Failure> {
     let value = ctx.call_value(method, params)?;
     if ctx.json {
-        print_json(&value)?;
+        ctx.print_json(&value)?;
     } else {
         show(decode(method, value)?)?;
     }
@@ -389,7 +510,7 @@ fn enqueue(ctx: &Ctx, file: &Path, unique: bool) -> Result<u8, Failure> {
     };
     let value = ctx.call_value(method::ENQUEUE, &params)?;
     if ctx.json {
-        print_json(&value)?;
+        ctx.print_json(&value)?;
         return Ok(0);
     }
     let result: EnqueueResult = decode(method::ENQUEUE, value)?;
@@ -399,7 +520,7 @@ fn enqueue(ctx: &Ctx, file: &Path, unique: bool) -> Result<u8, Failure> {
             result.name, result.id
         ));
     }
-    out_line(&result.id)?;
+    ctx.print_line(&result.id)?;
     Ok(0)
 }
 
@@ -410,32 +531,25 @@ fn status(ctx: &Ctx, goal: Option<String>) -> Result<u8, Failure> {
         StatusParams { goal },
         |goals: Vec<GoalSummary>| {
             if goals.is_empty() {
-                return if ctx.quiet {
-                    Ok(())
-                } else {
-                    out_line("no goals yet: `kernelctl enqueue FILE` adds one")
-                };
+                return ctx.print_line("no goals yet: `kernelctl enqueue FILE` adds one");
             }
-            out(&render::status_table(&goals, ctx.paint))
+            ctx.print(&render::status_table(&goals, ctx.paint))
         },
     )
 }
 
 fn show(ctx: &Ctx, goal: String) -> Result<u8, Failure> {
     answer(ctx, method::SHOW, GoalRef { goal }, |detail: GoalDetail| {
-        out(&render::show(&detail, ctx.paint))
+        ctx.print(&render::show(&detail, ctx.paint))
     })
 }
 
 fn transition(ctx: &Ctx, method: &str, goal: String) -> Result<u8, Failure> {
     answer(ctx, method, GoalRef { goal }, |summary: GoalSummary| {
-        if ctx.quiet {
-            return Ok(());
-        }
-        out_line(&format!(
+        ctx.print_line(&format!(
             "{}: {}",
             summary.id,
-            render::status_line(&summary, ctx.paint)
+            render::status_line(&summary, ctx.paint, ctx.fit)
         ))
     })
 }
@@ -463,11 +577,13 @@ fn best(ctx: &Ctx, goal: String, output: Option<&Path>) -> Result<u8, Failure> {
                 s.config
             ));
         }
+        // `-o -` names stdout as the file: written even with --quiet.
+        Some(_) if !ctx.json => write_stdout(&best.source)?,
         _ if ctx.json => {}
-        _ => out(&best.source)?,
+        _ => ctx.print(&best.source)?,
     }
     if ctx.json {
-        print_json(&value)?;
+        ctx.print_json(&value)?;
     }
     Ok(0)
 }
@@ -477,20 +593,21 @@ fn context(ctx: &Ctx, goal: String) -> Result<u8, Failure> {
         ctx,
         method::CONTEXT,
         GoalRef { goal },
-        |result: ContextResult| out_line(&result.text),
+        |result: ContextResult| ctx.print_line(&result.text),
     )
 }
 
 fn gpus(ctx: &Ctx) -> Result<u8, Failure> {
     answer(ctx, method::GPUS, (), |result: GpusResult| {
-        out(&render::gpus(&result, render::now_ms(), ctx.paint))
+        ctx.print(&render::gpus(&result, render::now_ms(), ctx.paint))
     })
 }
 
 fn completions(shell: clap_complete::Shell) -> Result<u8, Failure> {
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "kernelctl", &mut script);
-    out(&String::from_utf8_lossy(&script))?;
+    // The script is what was asked for: printed even with --quiet.
+    write_stdout(&String::from_utf8_lossy(&script))?;
     Ok(0)
 }
 
@@ -500,19 +617,19 @@ fn version(ctx: &Ctx) -> Result<u8, Failure> {
         Ok(v) => v,
         Err(e) => {
             if !ctx.json {
-                out_line(&format!("kernelctl {client} (protocol {})", wire::PROTOCOL))?;
+                ctx.print_line(&format!("kernelctl {client} (protocol {})", wire::PROTOCOL))?;
             }
             return Err(e);
         }
     };
     if ctx.json {
         let both = serde_json::json!({"client": {"version": client, "protocol": wire::PROTOCOL}, "daemon": value});
-        print_json(&both)?;
+        ctx.print_json(&both)?;
         return Ok(0);
     }
     let d: VersionResult = decode(method::VERSION, value)?;
-    out_line(&format!("kernelctl {client} (protocol {})", wire::PROTOCOL))?;
-    out_line(&format!(
+    ctx.print_line(&format!("kernelctl {client} (protocol {})", wire::PROTOCOL))?;
+    ctx.print_line(&format!(
         "kerneld   {} (protocol {}), pid {}, {} mode, state {}, last event {}",
         d.version, d.protocol, d.pid, d.mode, d.state_dir, d.last_seq
     ))?;
@@ -529,9 +646,9 @@ fn version(ctx: &Ctx) -> Result<u8, Failure> {
 // ---------------------------------------------------------------------------
 
 /// One event for people; an event type this client does not know still gets a line.
-fn event_text(value: &Value, paint: Paint) -> String {
+fn event_text(value: &Value, paint: Paint, fit: render::Fit) -> String {
     match serde_json::from_value::<Event>(value.clone()) {
-        Ok(ev) => render::event_line(&ev, paint),
+        Ok(ev) => render::event_line(&ev, paint, fit),
         Err(_) => format!(
             "{:>6}  {}  {}",
             value.get("seq").and_then(Value::as_u64).unwrap_or(0),
@@ -546,9 +663,9 @@ fn event_text(value: &Value, paint: Paint) -> String {
 
 fn print_event(ctx: &Ctx, value: &Value) -> Result<(), Failure> {
     if ctx.json {
-        out_line(&value.to_string())
+        ctx.print_line(&value.to_string())
     } else {
-        out_line(&event_text(value, ctx.paint))
+        ctx.print_line(&event_text(value, ctx.paint, ctx.fit))
     }
 }
 
@@ -662,7 +779,7 @@ impl<'a> WatchView<'a> {
     fn new(ctx: &'a Ctx) -> Self {
         WatchView {
             ctx,
-            live: io::stdout().is_terminal() && !ctx.json,
+            live: io::stdout().is_terminal() && !ctx.json && !ctx.quiet,
             pending: false,
             last: String::new(),
         }
@@ -670,13 +787,13 @@ impl<'a> WatchView<'a> {
 
     fn event(&mut self, value: &Value) -> Result<(), Failure> {
         if self.ctx.json {
-            return out_line(&value.to_string());
+            return self.ctx.print_line(&value.to_string());
         }
         if self.live {
             self.clear()?;
             let columns = render::terminal_columns();
-            out_line(&render::truncate_visible(
-                &event_text(value, self.ctx.paint),
+            self.ctx.print_line(&render::truncate_visible(
+                &event_text(value, self.ctx.paint, self.ctx.fit),
                 columns,
             ))?;
         }
@@ -687,17 +804,20 @@ impl<'a> WatchView<'a> {
         if self.ctx.json {
             return Ok(());
         }
-        let plain = render::status_line(summary, Paint::OFF);
+        let plain = render::status_line(summary, Paint::OFF, self.ctx.fit);
         if self.live {
             // One column short of the width: a full line would wrap and break the redraw.
             let columns = render::terminal_columns().saturating_sub(1);
-            let line =
-                render::truncate_visible(&render::status_line(summary, self.ctx.paint), columns);
+            let line = render::truncate_visible(
+                &render::status_line(summary, self.ctx.paint, self.ctx.fit),
+                columns,
+            );
             self.clear()?;
-            out(&line)?;
+            self.ctx.print(&line)?;
             self.pending = true;
         } else if plain != self.last {
-            out_line(&format!("{}  {plain}", render::clock(render::now_ms())))?;
+            self.ctx
+                .print_line(&format!("{}  {plain}", render::clock(render::now_ms())))?;
         }
         self.last = plain;
         Ok(())
@@ -706,7 +826,7 @@ impl<'a> WatchView<'a> {
     fn clear(&mut self) -> Result<(), Failure> {
         if self.pending {
             self.pending = false;
-            out("\r\x1b[2K")?;
+            self.ctx.print("\r\x1b[2K")?;
         }
         Ok(())
     }
@@ -714,7 +834,7 @@ impl<'a> WatchView<'a> {
     fn end(&mut self) -> Result<(), Failure> {
         if self.pending {
             self.pending = false;
-            out("\n")?;
+            self.ctx.print("\n")?;
         }
         Ok(())
     }
@@ -730,7 +850,8 @@ fn report(ctx: &Ctx, goal: String, output: Option<&Path>) -> Result<u8, Failure>
         Some(path) => {
             let svg = report::svg(&progress);
             if is_stdout(path) {
-                out(&svg)?;
+                // `-o -` names stdout as the file: written even with --quiet.
+                write_stdout(&svg)?;
             } else {
                 write_file(path, svg.as_bytes())?;
                 ctx.note(&format!(
@@ -740,8 +861,10 @@ fn report(ctx: &Ctx, goal: String, output: Option<&Path>) -> Result<u8, Failure>
                 ));
             }
         }
-        None if ctx.json => out_line(&serde_json::to_string_pretty(&progress).unwrap_or_default())?,
-        None => out(&report::terminal(
+        None if ctx.json => {
+            ctx.print_line(&serde_json::to_string_pretty(&progress).unwrap_or_default())?
+        }
+        None => ctx.print(&report::terminal(
             &progress,
             render::terminal_columns(),
             ctx.paint,
@@ -785,14 +908,21 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    fn unreachable(kind: io::ErrorKind) -> Failure {
+        Failure::Client(ClientError::Unreachable {
+            socket: "/x.sock".into(),
+            kind,
+            reason: "no such socket".into(),
+        })
+    }
+
     #[test]
     fn exit_codes_follow_the_contract() {
-        let unreachable = Failure::Client(ClientError::Unreachable {
-            socket: "/x.sock".into(),
-            reason: "no".into(),
-        });
+        let unreachable = unreachable(io::ErrorKind::NotFound);
         assert_eq!(unreachable.exit_code(), 3);
-        let message = unreachable.message(Path::new("/x.sock"));
+        let message = unreachable
+            .report(Path::new("/x.sock"), &SocketOrigin::Flag)
+            .text();
         assert!(message.starts_with("kernelctl: cannot reach kerneld at /x.sock"));
         assert!(
             message.contains("systemctl start kerneld")
@@ -805,10 +935,70 @@ mod tests {
         )));
         assert_eq!(rpc.exit_code(), 1);
         assert_eq!(
-            rpc.message(Path::new("/x")),
+            rpc.report(Path::new("/x"), &SocketOrigin::Flag).text(),
             "kernelctl: no goal named foo\nhint: `kernelctl status` lists the goals, by id and name"
         );
         assert_eq!(Failure::Failed("x".into()).exit_code(), 1);
+    }
+
+    #[test]
+    fn a_missing_default_socket_lists_every_place_tried() {
+        let origin = SocketOrigin::Default {
+            tried: vec![
+                "/run/user/1000/kerneld.sock".into(),
+                "/run/kerneld/kerneld.sock".into(),
+            ],
+        };
+        let report = unreachable(io::ErrorKind::NotFound).report(Path::new("/x.sock"), &origin);
+        assert_eq!(report.exit, 3);
+        assert!(
+            report.message.contains(
+                "no socket at the default locations (tried /run/user/1000/kerneld.sock, /run/kerneld/kerneld.sock)"
+            ),
+            "{}",
+            report.message
+        );
+        // A socket that exists but refuses says so, at the one path it is.
+        let refused =
+            unreachable(io::ErrorKind::ConnectionRefused).report(Path::new("/x.sock"), &origin);
+        assert!(refused
+            .message
+            .starts_with("cannot reach kerneld at /x.sock"));
+        let from_env =
+            unreachable(io::ErrorKind::NotFound).report(Path::new("/x.sock"), &SocketOrigin::Env);
+        assert!(from_env.message.ends_with("(KERNELD_SOCKET)"));
+    }
+
+    #[test]
+    fn json_errors_carry_code_message_hint_and_exit() {
+        let rpc = Failure::Client(ClientError::Rpc(RpcError::new(
+            code::GOAL_NOT_FOUND,
+            "no goal named nosuch",
+        )));
+        let json = rpc.report(Path::new("/x"), &SocketOrigin::Flag).json();
+        assert!(
+            json.starts_with(r#"{"error":{"code":-32001,"message":"#),
+            "{json}"
+        );
+        let json: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"error": {
+                "code": code::GOAL_NOT_FOUND,
+                "message": "no goal named nosuch",
+                "hint": "`kernelctl status` lists the goals, by id and name",
+                "exit": 1,
+            }})
+        );
+        let json: Value = serde_json::from_str(
+            &Failure::Failed("cannot read goal file x".into())
+                .report(Path::new("/x"), &SocketOrigin::Flag)
+                .json(),
+        )
+        .unwrap();
+        assert_eq!(json["error"]["code"], Value::Null);
+        assert_eq!(json["error"]["hint"], Value::Null);
+        assert_eq!(json["error"]["exit"], 1);
     }
 
     #[test]
@@ -822,6 +1012,6 @@ mod tests {
     #[test]
     fn unknown_event_types_still_print() {
         let v = serde_json::json!({"seq": 9, "time_ms": 0, "type": "from_the_future"});
-        assert!(event_text(&v, Paint::OFF).ends_with("from_the_future"));
+        assert!(event_text(&v, Paint::OFF, render::Fit::Cut).ends_with("from_the_future"));
     }
 }

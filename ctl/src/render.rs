@@ -46,10 +46,23 @@ pub struct Paint {
 impl Paint {
     pub const OFF: Paint = Paint { enabled: false };
 
-    /// Colours only on a terminal, never with NO_COLOR set or TERM=dumb.
+    /// Colours only on a terminal, never with NO_COLOR set to a non-empty value
+    /// (no-color.org: an empty one does not count) or TERM=dumb.
     pub fn detect(is_tty: bool) -> Paint {
-        let no_color = std::env::var_os("NO_COLOR").is_some();
-        let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
+        Paint::decide(
+            is_tty,
+            std::env::var_os("NO_COLOR").as_deref(),
+            std::env::var_os("TERM").as_deref(),
+        )
+    }
+
+    fn decide(
+        is_tty: bool,
+        no_color: Option<&std::ffi::OsStr>,
+        term: Option<&std::ffi::OsStr>,
+    ) -> Paint {
+        let no_color = no_color.is_some_and(|v| !v.is_empty());
+        let dumb = term.is_some_and(|t| t == "dumb");
         Paint {
             enabled: is_tty && !no_color && !dumb,
         }
@@ -174,6 +187,38 @@ pub fn terminal_columns() -> usize {
         .unwrap_or(80)
 }
 
+/// How free text (messages, reasons, configs) is shown in one line: cut to fit a
+/// terminal, or whole where nobody reads it on a screen (a pipe, a file, cron's mail).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fit {
+    Cut,
+    Whole,
+}
+
+impl Fit {
+    pub fn for_stdout(is_tty: bool) -> Fit {
+        if is_tty {
+            Fit::Cut
+        } else {
+            Fit::Whole
+        }
+    }
+}
+
+/// `text` in one line: cut to `max` with `Fit::Cut`, else whole with its line breaks
+/// shown as ` ⏎ ` (one event stays one line for grep).
+pub fn fit(text: &str, max: usize, fit: Fit) -> String {
+    match fit {
+        Fit::Cut => truncate(text, max),
+        Fit::Whole => text
+            .lines()
+            .map(str::trim_end)
+            .filter(|l| !l.trim().is_empty())
+            .collect::<Vec<_>>()
+            .join(" ⏎ "),
+    }
+}
+
 /// The first line of `text`, cut to `max` characters with an ellipsis.
 pub fn truncate(text: &str, max: usize) -> String {
     let first = text.lines().next().unwrap_or("").trim_end();
@@ -251,8 +296,12 @@ pub fn speedup(x: f64) -> String {
         a if a >= 100.0 => format!("{x:.0}×"),
         a if a >= 10.0 => format!("{x:.1}×"),
         a if a >= 0.1 || a == 0.0 => format!("{x:.2}×"),
-        // Interpreter timings can be tiny fractions: keep three significant digits.
-        _ => format!("{x:.3e}×"),
+        // Interpreter timings can be tiny fractions: plain decimals with three significant
+        // digits (0.0176×), which people read more easily than 1.760e-2×.
+        a => {
+            let decimals = (2 - a.log10().floor() as i64).clamp(3, 12) as usize;
+            format!("{x:.decimals$}×")
+        }
     }
 }
 
@@ -415,7 +464,7 @@ pub fn status_table(goals: &[GoalSummary], paint: Paint) -> String {
 }
 
 /// The compact one-line status `watch` redraws.
-pub fn status_line(g: &GoalSummary, paint: Paint) -> String {
+pub fn status_line(g: &GoalSummary, paint: Paint, fit_text: Fit) -> String {
     let best = g.best.as_ref().map_or("best -".to_string(), |b| {
         format!(
             "best {} {} (iter {})",
@@ -435,7 +484,7 @@ pub fn status_line(g: &GoalSummary, paint: Paint) -> String {
         duration(g.wall_s),
     );
     if let Some(reason) = &g.reason {
-        line.push_str(&format!("  ({})", truncate(reason, 50)));
+        line.push_str(&format!("  ({})", fit(reason, 50, fit_text)));
     }
     line
 }
@@ -614,8 +663,8 @@ fn best_text(b: &BestSummary) -> String {
 // ---------------------------------------------------------------------------
 
 /// `seq  time  type  summary` for one event.
-pub fn event_line(ev: &Event, paint: Paint) -> String {
-    let (summary, style) = event_summary(&ev.kind);
+pub fn event_line(ev: &Event, paint: Paint, fit_text: Fit) -> String {
+    let (summary, style) = event_summary(&ev.kind, fit_text);
     // 19 columns: the longest type name, `evaluation_finished`.
     let kind = paint.paint(&format!("{:<19}", ev.kind.type_name()), style);
     format!("{:>6}  {}  {kind}  {summary}", ev.seq, datetime(ev.time_ms))
@@ -623,8 +672,9 @@ pub fn event_line(ev: &Event, paint: Paint) -> String {
         .to_string()
 }
 
-/// A short, human summary of an event and the colour its type deserves.
-pub fn event_summary(kind: &EventKind) -> (String, Option<Style>) {
+/// A short, human summary of an event and the colour its type deserves; `fit_text` says
+/// whether long messages and configs are cut.
+pub fn event_summary(kind: &EventKind, fit_text: Fit) -> (String, Option<Style>) {
     match kind {
         EventKind::DaemonStarted { version, pid, mode } => (
             format!("kerneld {version} pid {pid} ({mode} mode)"),
@@ -643,12 +693,12 @@ pub fn event_summary(kind: &EventKind) -> (String, Option<Style>) {
         EventKind::GoalStateChanged { from, to, reason } => {
             let why = reason
                 .as_deref()
-                .map_or(String::new(), |r| format!(": {}", truncate(r, 80)));
+                .map_or(String::new(), |r| format!(": {}", fit(r, 80, fit_text)));
             (format!("{from} → {to}{why}"), Some(state_style(*to)))
         }
         EventKind::SeedDescribed { seed, rejected, .. } => match rejected {
             Some(why) => (
-                format!("seed {seed} rejected: {}", truncate(why, 80)),
+                format!("seed {seed} rejected: {}", fit(why, 80, fit_text)),
                 Some(Style::Red),
             ),
             None => (format!("seed {seed} described"), Some(Style::Dim)),
@@ -664,7 +714,7 @@ pub fn event_summary(kind: &EventKind) -> (String, Option<Style>) {
             format!(
                 "#{iteration} {} from {seed} by {agent} {}",
                 short_id(candidate),
-                truncate(&config.to_string(), 60)
+                fit(&config.to_string(), 60, fit_text)
             ),
             Some(Style::Dim),
         ),
@@ -693,7 +743,7 @@ pub fn event_summary(kind: &EventKind) -> (String, Option<Style>) {
             format!(
                 "#{iteration} {} {}",
                 short_id(candidate),
-                result_summary(result)
+                result_summary(result, fit_text)
             ),
             Some(class_style(result.class)),
         ),
@@ -703,7 +753,11 @@ pub fn event_summary(kind: &EventKind) -> (String, Option<Style>) {
             reason,
             ..
         } => (
-            format!("#{iteration} {} aborted: {reason}", short_id(candidate)),
+            format!(
+                "#{iteration} {} aborted: {}",
+                short_id(candidate),
+                fit(reason, 80, fit_text)
+            ),
             Some(Style::Yellow),
         ),
         EventKind::NewBest { best, previous } => {
@@ -724,7 +778,7 @@ pub fn event_summary(kind: &EventKind) -> (String, Option<Style>) {
         } => {
             let why = reason
                 .as_deref()
-                .map_or(String::new(), |r| format!(": {r}"));
+                .map_or(String::new(), |r| format!(": {}", fit(r, 80, fit_text)));
             let style = if *health == Health::Healthy {
                 Style::Green
             } else {
@@ -751,7 +805,7 @@ pub fn event_summary(kind: &EventKind) -> (String, Option<Style>) {
 }
 
 /// `ok 1.85× ±2.1%` or `wrong_result: shape s16 seed 3`.
-pub fn result_summary(r: &EvalResult) -> String {
+pub fn result_summary(r: &EvalResult, fit_text: Fit) -> String {
     let interp = if r.interpreted { " (interpreted)" } else { "" };
     match (r.class, r.speedup) {
         (ResultClass::Ok, Some(s)) => {
@@ -762,7 +816,7 @@ pub fn result_summary(r: &EvalResult) -> String {
             )
         }
         (class, _) => match &r.message {
-            Some(m) => format!("{}: {}", class.as_str(), truncate(m, 80)),
+            Some(m) => format!("{}: {}", class.as_str(), fit(m, 80, fit_text)),
             None => class.as_str().to_string(),
         },
     }
@@ -884,7 +938,12 @@ mod tests {
         assert_eq!(speedup(1.8512), "1.85×");
         assert_eq!(speedup(41.23), "41.2×");
         assert_eq!(speedup(123.4), "123×");
-        assert_eq!(speedup(0.00412), "4.120e-3×");
+        assert_eq!(speedup(0.00412), "0.00412×");
+        assert_eq!(speedup(0.0176), "0.0176×");
+        assert_eq!(speedup(0.05), "0.0500×");
+        assert_eq!(speedup(0.099_96), "0.1000×");
+        assert_eq!(speedup(0.000_012_34), "0.0000123×");
+        assert_eq!(speedup(0.5), "0.50×");
         assert_eq!(speedup(f64::INFINITY), "-");
     }
 
@@ -990,7 +1049,7 @@ mod tests {
                 ),
             },
         };
-        let line = event_line(&ev, Paint::OFF);
+        let line = event_line(&ev, Paint::OFF, Fit::Cut);
         assert!(line.trim_start().starts_with("42  "));
         assert!(line.contains("evaluation_finished"));
         assert!(
@@ -1000,8 +1059,61 @@ mod tests {
     }
 
     #[test]
+    fn event_lines_keep_whole_messages_and_configs_off_a_terminal() {
+        let message = format!("shape s16 seed 3: {}\nTraceback line", "x".repeat(120));
+        let finished = EventKind::EvaluationFinished {
+            iteration: 7,
+            candidate: "abcdef0123456789".into(),
+            device: "GPU-1".into(),
+            result: EvalResult::failure(ResultClass::WrongResult, &message, 1.0),
+        };
+        let ev = Event {
+            seq: 42,
+            time_ms: 0,
+            goal: Some("g".into()),
+            kind: finished,
+        };
+        let whole = event_line(&ev, Paint::OFF, Fit::Whole);
+        assert!(!whole.contains('\n') && !whole.contains('…'), "{whole}");
+        assert!(whole.ends_with(&format!("{} ⏎ Traceback line", "x".repeat(120))));
+        assert!(event_line(&ev, Paint::OFF, Fit::Cut).ends_with('…'));
+
+        let config: serde_json::Value = serde_json::json!({
+            "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4
+        });
+        let proposed = EventKind::CandidateProposed {
+            iteration: 3,
+            candidate: "abcdef0123456789".into(),
+            seed: "seed.py".into(),
+            config: config.clone(),
+            agent: "search".into(),
+            source: None,
+            note: None,
+        };
+        let (text, _) = event_summary(&proposed, Fit::Whole);
+        assert!(text.ends_with(&config.to_string()), "{text}");
+        let (cut, _) = event_summary(&proposed, Fit::Cut);
+        assert!(cut.ends_with('…'), "{cut}");
+    }
+
+    #[test]
+    fn empty_no_color_does_not_turn_colour_off() {
+        use std::ffi::OsStr;
+        let xterm = Some(OsStr::new("xterm"));
+        assert!(Paint::decide(true, None, xterm).enabled);
+        assert!(Paint::decide(true, Some(OsStr::new("")), xterm).enabled);
+        assert!(!Paint::decide(true, Some(OsStr::new("1")), xterm).enabled);
+        assert!(!Paint::decide(true, None, Some(OsStr::new("dumb"))).enabled);
+        assert!(!Paint::decide(false, None, xterm).enabled);
+    }
+
+    #[test]
     fn status_line_is_one_line() {
-        let line = status_line(&summary("mla", GoalState::Running, Some(2.0)), Paint::OFF);
+        let line = status_line(
+            &summary("mla", GoalState::Running, Some(2.0)),
+            Paint::OFF,
+            Fit::Cut,
+        );
         assert!(!line.contains('\n'));
         assert!(line.contains("best 2.00× ±2.5% (iter 9)"));
     }

@@ -33,7 +33,9 @@ pub struct Step {
 /// Everything the charts show, gathered from the events of one goal.
 #[derive(Debug, Clone, Serialize)]
 pub struct Progress {
+    /// The goal's id (`g9`), whether the user named it by id or by name.
     pub goal: String,
+    /// The goal's name, from its goal file.
     pub name: String,
     pub state: Option<GoalState>,
     pub reason: Option<String>,
@@ -74,6 +76,10 @@ impl Progress {
     }
 
     fn absorb(&mut self, ev: &Event, announced: &mut Vec<Step>) {
+        // The user may have named the goal by name: its events carry the id.
+        if let Some(id) = &ev.goal {
+            self.goal.clone_from(id);
+        }
         match &ev.kind {
             EventKind::GoalEnqueued { spec, .. } => {
                 self.name = spec.name.clone();
@@ -319,11 +325,37 @@ fn linear_ticks(lo: f64, hi: f64, count: u32) -> Vec<f64> {
     (first..=last).map(|k| k as f64 * step).collect()
 }
 
-/// A speedup for an axis label: `0.25×`, `1×`, `1.5×`, `32×`.
-fn axis_label(v: f64) -> String {
-    let text = format!("{v:.2}");
-    let text = text.trim_end_matches('0').trim_end_matches('.');
+/// A speedup for an axis label: `0.25×`, `1×`, `1.5×`, `32×`, `0.00781×`: up to two
+/// decimals from 1× up, three significant digits below, without trailing zeros; `extra`
+/// more decimals where neighbouring ticks would read the same.
+fn axis_label(v: f64, extra: usize) -> String {
+    let a = v.abs();
+    let decimals = if a >= 1.0 || a == 0.0 || !a.is_finite() {
+        2
+    } else {
+        (2 - a.log10().floor() as i64).clamp(2, 12) as usize
+    } + extra;
+    let text = format!("{v:.decimals$}");
+    let text = if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        &text
+    };
     format!("{text}×")
+}
+
+/// Labels for the ticks of one axis, with as many more decimals as it takes to tell
+/// every tick from its neighbours.
+fn axis_labels(ticks: &[f64]) -> Vec<String> {
+    let labels_with =
+        |extra| -> Vec<String> { ticks.iter().map(|&t| axis_label(t, extra)).collect() };
+    for extra in 0..6 {
+        let labels = labels_with(extra);
+        if labels.windows(2).all(|w| w[0] != w[1]) {
+            return labels;
+        }
+    }
+    labels_with(6)
 }
 
 // ---------------------------------------------------------------------------
@@ -432,7 +464,8 @@ fn title(s: &mut String, p: &Progress) {
 }
 
 fn y_axis(s: &mut String, f: &Frame) {
-    for t in f.y.ticks() {
+    let ticks = f.y.ticks();
+    for (t, label) in ticks.iter().copied().zip(axis_labels(&ticks)) {
         let y = f.py(t);
         let _ = writeln!(
             s,
@@ -442,7 +475,7 @@ fn y_axis(s: &mut String, f: &Frame) {
         let _ = writeln!(
             s,
             r#"<text x="{lx}" y="{ly:.1}" text-anchor="end">{}</text>"#,
-            esc(&axis_label(t))
+            esc(&label)
         );
     }
     let scale = if f.y.log {
@@ -1036,9 +1069,10 @@ mod tests {
         assert!(!y.log && y.lo <= 1.0 && y.hi >= 1.3);
         let ticks = y.ticks();
         assert!(ticks.len() >= 3 && ticks.windows(2).all(|w| w[1] > w[0]));
-        assert_eq!(axis_label(0.25), "0.25×");
-        assert_eq!(axis_label(1.0), "1×");
-        assert_eq!(axis_label(1.5), "1.5×");
+        assert_eq!(axis_label(0.25, 0), "0.25×");
+        assert_eq!(axis_label(1.0, 0), "1×");
+        assert_eq!(axis_label(1.5, 0), "1.5×");
+        assert_eq!(axis_label(32.0, 0), "32×");
     }
 
     #[test]
@@ -1077,6 +1111,53 @@ mod tests {
         p.points[0].class = ResultClass::WrongResult;
         assert_eq!(p.failure_breakdown(), "2 compile_error, 1 wrong_result");
         assert_eq!(p.elapsed_at(3), Some(2.0));
+    }
+
+    /// Interpreter speedups (0.003× … 1×) on the log axis: every gridline has its own,
+    /// readable label; none reads `0×`.
+    #[test]
+    fn log_axis_labels_below_a_hundredth_are_distinct() {
+        let y = YScale::fit([0.0031, 0.0176, 0.3, 1.0].into_iter());
+        assert!(y.log);
+        let ticks = y.ticks();
+        let labels = axis_labels(&ticks);
+        assert!(ticks.len() >= 8, "{ticks:?}");
+        assert!(!labels.iter().any(|l| l == "0×"), "{labels:?}");
+        let mut unique = labels.clone();
+        unique.dedup();
+        assert_eq!(unique, labels, "every label distinct");
+        assert_eq!(axis_label(0.0078125, 0), "0.00781×");
+        assert_eq!(axis_label(0.00390625, 0), "0.00391×");
+        assert_eq!(axis_label(0.5, 0), "0.5×");
+
+        let svg = svg(&Progress::from_events(
+            "g",
+            &[
+                finished(1, 1, Some(0.0031)),
+                finished(2, 2, Some(0.0176)),
+                finished(3, 3, Some(0.3)),
+            ],
+        ));
+        assert!(!svg.contains(">0×<"), "{svg}");
+        assert!(svg.contains(">0.00391×<") && svg.contains(">0.0156×<"));
+    }
+
+    #[test]
+    fn close_linear_ticks_get_more_decimals() {
+        assert_eq!(
+            axis_labels(&[1.0, 1.005, 1.01]),
+            ["1×", "1.005×", "1.01×"].map(String::from)
+        );
+    }
+
+    #[test]
+    fn the_goal_is_named_by_its_id_even_when_asked_by_name() {
+        let mut events = vec![finished(1, 1, Some(1.5))];
+        events[0].goal = Some("g9".into());
+        let p = Progress::from_events("long", &events);
+        assert_eq!(p.goal, "g9");
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["goal"], "g9");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The `kerneld` binary: command line, logging, signals and systemd notification
 //! around `kerneld::run_with`.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -110,6 +111,12 @@ fn systemd_tick() -> kerneld::engine::TickFn {
     })
 }
 
+/// Colour in the log only for a person at a terminal: the journal or a log file would
+/// keep the escape codes as garbage. NO_COLOR counts when non-empty (no-color.org).
+fn log_colours(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
@@ -117,6 +124,10 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(log_colours(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .with_target(false)
         .init();
 
@@ -189,5 +200,19 @@ fn main() -> ExitCode {
             eprintln!("kerneld: {e:#}");
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn the_log_is_coloured_only_on_a_terminal_without_no_color() {
+        assert!(log_colours(true, None));
+        assert!(log_colours(true, Some(OsStr::new(""))));
+        assert!(!log_colours(true, Some(OsStr::new("1"))));
+        assert!(!log_colours(false, None));
     }
 }
