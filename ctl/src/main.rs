@@ -113,7 +113,8 @@ enum Command {
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
     },
-    /// Exactly the context the goal's agent sees on its next iteration
+    /// Exactly what the goal's agent gets on its next iteration (llm: the messages, --json
+    /// as sent; command: CONTEXT.md; search: the compacted context)
     Context {
         /// The goal's id or name
         goal: String,
@@ -593,7 +594,17 @@ fn context(ctx: &Ctx, goal: String) -> Result<u8, Failure> {
         ctx,
         method::CONTEXT,
         GoalRef { goal },
-        |result: ContextResult| ctx.print_line(&result.text),
+        |result: ContextResult| {
+            ctx.print_line(&result.text)?;
+            // On stderr: stdout stays exactly CONTEXT.md.
+            if !result.files.is_empty() {
+                ctx.note(&format!(
+                    "(the above is CONTEXT.md; the command also gets {})",
+                    result.files.join(", ")
+                ));
+            }
+            Ok(())
+        },
     )
 }
 

@@ -2,9 +2,9 @@
 //!
 //! Deterministic (same log, same text) and bounded by a byte budget. Sections in
 //! order of importance, each cut before the next is dropped: the goal restated, the
-//! best few candidates with their profiles, failures grouped by class with one
-//! example each, what was tried without helping (per parameter value), the last
-//! evaluation.
+//! best few candidates with their profiles, failures grouped by class and harness rule
+//! with one example each, what was tried without helping (per parameter value), the
+//! last evaluation. Timings measured under Triton's CPU interpreter are marked as such.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -12,21 +12,31 @@ use std::fmt::Write;
 use serde_json::Value;
 
 use crate::projection::GoalProjection;
-use crate::wire::{EvaluationRecord, GoalSpec};
+use crate::wire::{EvalResult, EvaluationRecord, GoalSpec};
 
-/// Default budget when the goal's agent settings give none.
+/// Default budget of CONTEXT.md (`command`) and of the search agent's context.
 pub const DEFAULT_BYTES: usize = 12 * 1024;
+/// Default budget of an `llm` request: the whole prompt, the best source included.
+pub const DEFAULT_PROMPT_BYTES: usize = 48 * 1024;
 /// Best candidates kept in full.
 const TOP: usize = 3;
 /// Longest failure message kept.
 const MESSAGE_CHARS: usize = 400;
+/// Said once above the timings when any of them comes from the CPU interpreter.
+pub const INTERPRETED_NOTE: &str = "Timings below come from Triton's CPU interpreter (no GPU): \
+     they check correctness, not speed. Do not tune for them.\n";
 
+/// The goal's budget in bytes: `agent.context_bytes`, else the agent kind's default.
 pub fn budget(spec: &GoalSpec) -> usize {
+    let default = match spec.agent.kind.as_str() {
+        "llm" => DEFAULT_PROMPT_BYTES,
+        _ => DEFAULT_BYTES,
+    };
     spec.agent
         .settings
         .get("context_bytes")
         .and_then(Value::as_u64)
-        .map_or(DEFAULT_BYTES, |b| b as usize)
+        .map_or(default, |b| b as usize)
 }
 
 fn clip(s: &str, n: usize) -> String {
@@ -61,15 +71,32 @@ pub fn goal_statement(spec: &GoalSpec) -> String {
     s
 }
 
+/// The harness rule behind a failure: the result's `rule`, else the `rejected [rule]`
+/// tag its message starts with (results logged before the field existed).
+fn rule_of(r: &EvalResult) -> Option<&str> {
+    if let Some(rule) = r.rule.as_deref().filter(|s| !s.is_empty()) {
+        return Some(rule);
+    }
+    let tagged = r.message.as_deref()?.strip_prefix("rejected [")?;
+    tagged.split_once(']').map(|(rule, _)| rule)
+}
+
 fn describe(rec: &EvaluationRecord) -> String {
     let r = &rec.result;
     let mut s = format!("iteration {} · {} {}", rec.iteration, rec.seed, rec.config);
     match r.speedup {
         Some(x) if r.is_scored() => {
-            let _ = write!(s, " → {x:.3}× (spread {:.1}%)", r.spread_pct.unwrap_or(0.0));
+            let _ = write!(s, " → {x:.3}× (spread {:.1}%", r.spread_pct.unwrap_or(0.0));
+            if r.interpreted {
+                s.push_str(", CPU interpreter: not a speed");
+            }
+            s.push(')');
         }
         _ => {
             let _ = write!(s, " → {}", r.class.as_str());
+            if let Some(rule) = rule_of(r) {
+                let _ = write!(s, " [{rule}]");
+            }
         }
     }
     s
@@ -111,10 +138,21 @@ fn profile_lines(rec: &EvaluationRecord) -> String {
     s
 }
 
-/// The context text for a goal, at most `budget` bytes.
+/// The context text for a goal (its statement, then its memory), at most `budget` bytes.
 pub fn compact(goal: &GoalProjection, history: &[EvaluationRecord], budget: usize) -> String {
+    let mut sections = vec![goal_statement(&goal.spec)];
+    sections.extend(memory_sections(history));
+    fit(sections, budget)
+}
+
+/// The memory alone, without the goal restated (the `llm` agent's system prompt already
+/// holds it), at most `budget` bytes.
+pub fn memory(history: &[EvaluationRecord], budget: usize) -> String {
+    fit(memory_sections(history), budget)
+}
+
+fn memory_sections(history: &[EvaluationRecord]) -> Vec<String> {
     let mut sections: Vec<String> = Vec::new();
-    sections.push(goal_statement(&goal.spec));
 
     // Best few, with profiles.
     let mut scored: Vec<&EvaluationRecord> =
@@ -127,6 +165,10 @@ pub fn compact(goal: &GoalProjection, history: &[EvaluationRecord], budget: usiz
             .then(a.iteration.cmp(&b.iteration))
     });
     let mut best = String::from("## Best candidates\n");
+    // First in its section, so that no cut keeps the timings and loses the warning.
+    if history.iter().any(|r| r.result.interpreted) {
+        best.push_str(INTERPRETED_NOTE);
+    }
     if scored.is_empty() {
         best.push_str("None correct yet.\n");
     }
@@ -136,22 +178,27 @@ pub fn compact(goal: &GoalProjection, history: &[EvaluationRecord], budget: usiz
     }
     sections.push(best);
 
-    // Failures grouped by class, one (the latest) example each.
-    let mut failures: BTreeMap<&str, (usize, &EvaluationRecord)> = BTreeMap::new();
+    // Failures grouped by class and rule (a syntax error and a banned call are different
+    // lessons), one (the latest) example each.
+    let mut failures: BTreeMap<(&str, Option<&str>), (usize, &EvaluationRecord)> = BTreeMap::new();
     for rec in history.iter().filter(|r| !r.result.is_scored()) {
         let e = failures
-            .entry(rec.result.class.as_str())
+            .entry((rec.result.class.as_str(), rule_of(&rec.result)))
             .or_insert((0, rec));
         e.0 += 1;
         e.1 = rec;
     }
     if !failures.is_empty() {
         let mut f = String::from("## Failures by kind\n");
-        for (class, (n, rec)) in &failures {
+        for ((class, rule), (n, rec)) in &failures {
             let msg = rec.result.message.as_deref().unwrap_or("");
+            let kind = match rule {
+                Some(rule) => format!("{class} [{rule}]"),
+                None => class.to_string(),
+            };
             let _ = writeln!(
                 f,
-                "- {class} ×{n}; e.g. iteration {} {}: {}",
+                "- {kind} ×{n}; e.g. iteration {} {}: {}",
                 rec.iteration,
                 rec.config,
                 clip(msg, MESSAGE_CHARS)
@@ -198,8 +245,11 @@ pub fn compact(goal: &GoalProjection, history: &[EvaluationRecord], budget: usiz
         }
         sections.push(l);
     }
+    sections
+}
 
-    // Fit the budget: whole sections while they fit, then a cut one, then stop.
+/// Fits the budget: whole sections while they fit, then a cut one, then stop.
+fn fit(sections: Vec<String>, budget: usize) -> String {
     let mut out = String::new();
     for s in sections {
         if out.len() + s.len() < budget {
@@ -219,6 +269,117 @@ pub fn compact(goal: &GoalProjection, history: &[EvaluationRecord], budget: usiz
         }
     }
     out
+}
+
+/// A candidate's source in at most `room` bytes: whole when it fits, else its head, its
+/// `SPACE` / `DEFAULT` blocks and its tail (the entry point is usually last), each gap
+/// replaced by a `# … N lines omitted …` line.
+pub fn clip_source(source: &str, room: usize) -> String {
+    if source.len() <= room {
+        return source.to_string();
+    }
+    let lines: Vec<&str> = source.split_inclusive('\n').collect();
+    let marker = |n: usize| {
+        let s = if n == 1 { "" } else { "s" };
+        format!("# … {n} line{s} omitted to fit the prompt's budget (agent.context_bytes) …\n")
+    };
+    // Room for the gap lines: at most one before, between and after each kept block.
+    let blocks = parameter_blocks(&lines);
+    let reserve = (blocks.len() + 2) * marker(lines.len()).len();
+    let mut keep = vec![false; lines.len()];
+    let mut used = reserve;
+    for &(from, to) in &blocks {
+        let size: usize = lines[from..to].iter().map(|l| l.len()).sum();
+        if used + size <= room {
+            keep[from..to].iter_mut().for_each(|k| *k = true);
+            used += size;
+        }
+    }
+    // Two thirds of what is left from the top, the rest from the bottom.
+    let head_room = used + room.saturating_sub(used) * 2 / 3;
+    for (i, line) in lines.iter().enumerate() {
+        if keep[i] {
+            continue;
+        }
+        if used + line.len() > head_room {
+            break;
+        }
+        keep[i] = true;
+        used += line.len();
+    }
+    for (i, line) in lines.iter().enumerate().rev() {
+        if keep[i] {
+            continue;
+        }
+        if used + line.len() > room {
+            break;
+        }
+        keep[i] = true;
+        used += line.len();
+    }
+    let mut out = String::new();
+    let mut gap = 0;
+    for (line, kept) in lines.iter().zip(&keep) {
+        if *kept {
+            if gap > 0 {
+                out.push_str(&marker(gap));
+                gap = 0;
+            }
+            out.push_str(line);
+        } else {
+            gap += 1;
+        }
+    }
+    if gap > 0 {
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str(&marker(gap));
+    }
+    if out.len() > room {
+        // A budget too small for even the gap lines: a plain byte cut.
+        let mut cut = room;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+    }
+    out
+}
+
+/// The line ranges of the module's top-level `SPACE = …` and `DEFAULT = …` assignments.
+fn parameter_blocks(lines: &[&str]) -> Vec<(usize, usize)> {
+    let mut blocks = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let starts = ["SPACE", "DEFAULT"].iter().any(|name| {
+            lines[i]
+                .strip_prefix(name)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        });
+        if !starts {
+            i += 1;
+            continue;
+        }
+        // The assignment runs until its brackets close.
+        let from = i;
+        let mut depth: i64 = 0;
+        loop {
+            for c in lines[i].chars() {
+                match c {
+                    '(' | '[' | '{' => depth += 1,
+                    ')' | ']' | '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            i += 1;
+            if depth <= 0 || i == lines.len() {
+                break;
+            }
+        }
+        blocks.push((from, i));
+    }
+    blocks
 }
 
 #[cfg(test)]
@@ -298,6 +459,147 @@ mod tests {
                 text.starts_with("# Goal `g`"),
                 "the goal always comes first"
             );
+        }
+    }
+
+    fn rejected(iteration: u64, rule: Option<&str>, message: &str) -> EvaluationRecord {
+        let mut r = rec(iteration, None, ResultClass::Rejected);
+        r.result.rule = rule.map(String::from);
+        r.result.message = Some(message.into());
+        r
+    }
+
+    #[test]
+    fn failures_are_grouped_by_class_and_rule_with_an_example_each() {
+        let goal = GoalProjection::new("g1", crate::projection::test_spec("x"), 0, 0);
+        let history = vec![
+            rejected(
+                1,
+                Some("syntax"),
+                "rejected [syntax] line 3: syntax error: bad",
+            ),
+            rejected(
+                2,
+                Some("torch-heavy-math"),
+                "rejected [torch-heavy-math] line 9: torch.matmul",
+            ),
+            rejected(
+                3,
+                Some("torch-heavy-math"),
+                "rejected [torch-heavy-math] line 7: torch.bmm",
+            ),
+            // Logged before results carried `rule`: read from the message's tag.
+            rejected(
+                4,
+                None,
+                "rejected [banned-import] line 1: imports flash_attn",
+            ),
+            {
+                let mut r = rec(5, None, ResultClass::WrongResult);
+                r.result.rule = Some("tolerance".into());
+                r
+            },
+            rec(6, None, ResultClass::WrongResult),
+        ];
+        let text = compact(&goal, &history, DEFAULT_BYTES);
+        for line in [
+            "- rejected [syntax] ×1; e.g. iteration 1",
+            "- rejected [torch-heavy-math] ×2; e.g. iteration 3",
+            "- rejected [banned-import] ×1; e.g. iteration 4",
+            "- wrong_result [tolerance] ×1; e.g. iteration 5",
+            "- wrong_result ×1; e.g. iteration 6",
+        ] {
+            assert!(text.contains(line), "missing `{line}` in\n{text}");
+        }
+        assert!(
+            text.contains("syntax error: bad"),
+            "the syntax example is kept"
+        );
+        assert!(
+            text.contains("→ wrong_result\n"),
+            "the last evaluation: {text}"
+        );
+    }
+
+    #[test]
+    fn interpreter_timings_are_marked_as_such() {
+        let goal = GoalProjection::new("g1", crate::projection::test_spec("x"), 0, 0);
+        let gpu = history(12);
+        let text = compact(&goal, &gpu, DEFAULT_BYTES);
+        assert!(!text.contains("interpreter"), "{text}");
+
+        let cpu: Vec<EvaluationRecord> = history(12)
+            .into_iter()
+            .map(|mut r| {
+                r.result.interpreted = true;
+                r
+            })
+            .collect();
+        let text = compact(&goal, &cpu, DEFAULT_BYTES);
+        let best = text.find("## Best candidates\n").unwrap();
+        assert!(
+            text[best..].starts_with(&format!("## Best candidates\n{INTERPRETED_NOTE}")),
+            "the note comes before any timing: {text}"
+        );
+        assert!(
+            text.contains("× (spread 1.0%, CPU interpreter: not a speed)"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("GB/s"),
+            "no throughput under the interpreter"
+        );
+        // A budget that cuts the best section still keeps the note above the timings.
+        let short = compact(&goal, &cpu, 1024);
+        assert!(short.contains(INTERPRETED_NOTE), "{short}");
+    }
+
+    fn module(body_lines: usize) -> String {
+        let mut s = String::from("\"\"\"The kernel.\"\"\"\nimport triton\n");
+        for i in 0..body_lines {
+            s.push_str(&format!(
+                "# helper line {i} of the kernel body, long enough to count\n"
+            ));
+        }
+        s.push_str("SPACE = {\n    \"B\": [16, 32],\n    \"W\": [4, 8],\n}\nDEFAULT = {\"B\": 16, \"W\": 4}\n");
+        for i in 0..body_lines {
+            s.push_str(&format!(
+                "# launcher line {i} of the module, long enough to count\n"
+            ));
+        }
+        s.push_str("def entry(inputs, out, config):\n    pass\n");
+        s
+    }
+
+    #[test]
+    fn a_long_source_keeps_its_head_parameters_and_tail() {
+        let source = module(400);
+        assert_eq!(clip_source(&source, source.len()), source, "fits: whole");
+        for room in [600, 2000, 8000] {
+            let clipped = clip_source(&source, room);
+            assert!(clipped.len() <= room, "{} > {room}", clipped.len());
+            assert!(clipped.starts_with("\"\"\"The kernel.\"\"\"\nimport triton\n"));
+            assert!(
+                clipped.contains("SPACE = {\n    \"B\": [16, 32],\n    \"W\": [4, 8],\n}\n"),
+                "{clipped}"
+            );
+            assert!(clipped.contains("DEFAULT = {\"B\": 16, \"W\": 4}\n"));
+            assert!(clipped.ends_with("def entry(inputs, out, config):\n    pass\n"));
+            assert!(clipped.contains(" lines omitted to fit the prompt's budget"));
+            assert_eq!(clipped, clip_source(&source, room), "deterministic");
+        }
+        // The gaps add up to what was left out.
+        let clipped = clip_source(&source, 2000);
+        let omitted: usize = clipped
+            .lines()
+            .filter_map(|l| l.strip_prefix("# … "))
+            .map(|l| l.split(' ').next().unwrap().parse::<usize>().unwrap())
+            .sum();
+        let kept = clipped.lines().filter(|l| !l.starts_with("# … ")).count();
+        assert_eq!(omitted + kept, source.lines().count());
+        // Whatever the room, never more.
+        for room in [0, 10, 100] {
+            assert!(clip_source(&source, room).len() <= room);
         }
     }
 }

@@ -25,7 +25,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent;
 use crate::config::Config;
-use crate::context;
 use crate::gpu::{DeviceInfo, DeviceLayer};
 use crate::harness::{Worker, WorkerError, WorkerSpec};
 use crate::projection::{GoalProjection, Pending};
@@ -1884,8 +1883,12 @@ impl Engine {
             .await
             .map_err(internal)?
             .map_err(internal)?;
-        let text = context::compact(&proj, &history, context::budget(&proj.spec));
-        Ok(ContextResult { goal: id, text })
+        // The same best source the agent gets (see `take_work`).
+        let best_source = match proj.best {
+            Some(_) => self.best(&id).await.ok().map(|b| b.source),
+            None => None,
+        };
+        Ok(agent::context_view(&proj, &history, best_source.as_deref()))
     }
 
     pub fn gpus(&self) -> GpusResult {

@@ -321,8 +321,30 @@ pub struct VersionResult {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ContextResult {
     pub goal: String,
-    /// Exactly the text an agent sees on its next iteration.
+    /// The goal's agent kind: `search`, `command` or `llm`.
+    #[serde(default)]
+    pub agent: String,
+    /// What `kernelctl context` prints: exactly what the agent gets on its next iteration.
+    /// `command`: CONTEXT.md; `search`: the compacted context; `llm`: every message of
+    /// the request, each under a `===== role (N bytes) =====` line.
     pub text: String,
+    /// `llm`: the chat messages exactly as the next request sends them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<ChatMessage>,
+    /// `command`: the other files the program finds beside CONTEXT.md in its directory.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
+    /// The goal's context budget in bytes (`agent.context_bytes`, else the default).
+    #[serde(default)]
+    pub budget_bytes: u64,
+}
+
+/// One message of an OpenAI-compatible chat-completions request.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ChatMessage {
+    /// `system` or `user`.
+    pub role: String,
+    pub content: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -497,6 +519,10 @@ pub struct EvalResult {
     pub class: ResultClass,
     #[serde(default)]
     pub message: Option<String>,
+    /// The harness rule behind a rejection or a wrong result (`syntax`, `torch-heavy-math`,
+    /// `tolerance`, `nonfinite`, …), when it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
     #[serde(default)]
     pub correct: bool,
     #[serde(default)]
@@ -530,6 +556,7 @@ impl EvalResult {
         EvalResult {
             class,
             message: Some(message.into()),
+            rule: None,
             correct: false,
             interpreted: false,
             speedup: None,

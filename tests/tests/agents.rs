@@ -28,12 +28,23 @@ fn goal_with_command(
 #[test]
 fn an_external_program_proposes_candidates() {
     let dir = TempDir::new("agent");
+    let d = Daemon::start(dir.path());
     let script = dir.path().join("agent.sh");
+    // `kernelctl context` while the program runs: exactly its CONTEXT.md on stdout, the
+    // other files named on stderr.
+    let view = format!(
+        "'{}' --socket '{}' context ext > ../view.md 2> ../view.err\n",
+        binary("kernelctl").display(),
+        d.socket.display()
+    );
     std::fs::write(
         &script,
-        r#"set -e
+        view + r#"set -e
 grep -q 'matmul(inputs' GOAL.md
 grep -q '# Goal' CONTEXT.md
+cmp CONTEXT.md ../view.md
+grep -q 'the command also gets GOAL.md' ../view.err
+grep -q 'seeds/tiled.py' ../view.err
 cp seeds/tiled.py candidate.py
 case "$KERNELD_ITERATION" in
   1) echo '{"BLOCK_M": 16}' > config.json ;;
@@ -43,7 +54,6 @@ echo "BLOCK_M for iteration $KERNELD_ITERATION" > NOTE.md
 "#,
     )
     .unwrap();
-    let d = Daemon::start(dir.path());
     let goal = goal_with_command(
         dir.path(),
         "ext",
@@ -136,10 +146,12 @@ fn a_failing_program_fails_the_goal_with_its_output() {
     assert_eq!(failures, vec![1, 2, 3]);
 }
 
-/// A stand-in for an OpenAI-compatible endpoint (this machine runs no model): it checks
-/// each request's shape and key, and answers with the demo seed and a configuration.
+/// A stand-in for an OpenAI-compatible endpoint (this machine runs no model): it records
+/// each request (path, key, body) with what `look` returned while the request waited, and
+/// answers with the demo seed and a configuration.
 fn serve_chat_completions(
     requests: usize,
+    look: impl Fn() -> serde_json::Value + Send + 'static,
 ) -> (String, std::thread::JoinHandle<Vec<serde_json::Value>>) {
     use std::io::{BufRead, BufReader, Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -172,7 +184,7 @@ fn serve_chat_completions(
             let mut body = vec![0u8; len];
             reader.read_exact(&mut body).unwrap();
             let req: serde_json::Value = serde_json::from_slice(&body).unwrap();
-            seen.push(serde_json::json!({"path": path, "auth": auth, "body": req}));
+            seen.push(serde_json::json!({"path": path, "auth": auth, "body": req, "look": look()}));
             let block_m = if i == 0 { 16 } else { 64 };
             let content = format!(
                 "Smaller tiles first.\n```python\n{seed}\n```\n```json\n{{\"BLOCK_M\": {block_m}}}\n```\n"
@@ -189,14 +201,27 @@ fn serve_chat_completions(
 #[test]
 fn a_chat_completions_endpoint_proposes_candidates() {
     let dir = TempDir::new("llm");
-    let (url, server) = serve_chat_completions(2);
     let d = Daemon::start_env(dir.path(), &[], &[("KD_TEST_KEY", "secret-key")]);
+    // While the model "thinks", `kernelctl context` shows what it was sent.
+    let socket = d.socket.clone();
+    let (url, server) = serve_chat_completions(2, move || {
+        let json = kernelctl(&socket, &["--json", "context", "llm"]);
+        let plain = kernelctl(&socket, &["context", "llm"]);
+        assert!(json.status.success() && plain.status.success());
+        serde_json::json!({
+            "json": serde_json::from_slice::<serde_json::Value>(&json.stdout).unwrap(),
+            "plain": String::from_utf8(plain.stdout).unwrap(),
+        })
+    });
     let goal = dir.path().join("llm.toml");
+    // A budget smaller than the demo seed (4.6 KB): the prompt clips the source to fit.
+    let budget = 4096;
     std::fs::write(
         &goal,
         format!(
             "name = \"llm\"\ntask = \"demo\"\n[budget]\niterations = 2\n\
-             [agent]\nkind = \"llm\"\nurl = \"{url}\"\nmodel = \"test-model\"\napi_key_env = \"KD_TEST_KEY\"\n"
+             [agent]\nkind = \"llm\"\nurl = \"{url}\"\nmodel = \"test-model\"\napi_key_env = \"KD_TEST_KEY\"\n\
+             context_bytes = {budget}\n"
         ),
     )
     .unwrap();
@@ -216,12 +241,47 @@ fn a_chat_completions_endpoint_proposes_candidates() {
             "{system}"
         );
     }
-    // The second request carries the first result: the context and the best so far.
+    for r in &seen {
+        // `kernelctl context` is exactly what the model got: --json the messages as sent,
+        // plain each message whole under its own header line.
+        let messages = &r["body"]["messages"];
+        assert_eq!(r["look"]["json"]["messages"], *messages);
+        assert_eq!(r["look"]["json"]["agent"], "llm");
+        let mut plain = String::new();
+        let mut bytes = 0;
+        for m in messages.as_array().unwrap() {
+            let content = m["content"].as_str().unwrap();
+            bytes += content.len();
+            plain += &format!(
+                "===== {} ({} bytes) =====\n{content}",
+                m["role"].as_str().unwrap(),
+                content.len()
+            );
+            if !content.ends_with('\n') {
+                plain.push('\n');
+            }
+        }
+        assert_eq!(r["look"]["plain"], plain);
+        // The whole prompt within the goal's budget, the source clipped to fit.
+        assert!(bytes <= budget, "{bytes} bytes > {budget}");
+        let user = messages[1]["content"].as_str().unwrap();
+        assert!(
+            user.contains("lines omitted to fit the prompt's budget"),
+            "{user}"
+        );
+        assert!(
+            user.contains("import triton\n") && user.contains("SPACE = {\n"),
+            "the head and the parameter space are kept: {user}"
+        );
+    }
+    // The second request carries the first result: the context and the best so far, its
+    // timings marked as the interpreter's (this machine has no GPU).
     let user = seen[1]["body"]["messages"][1]["content"].as_str().unwrap();
     assert!(
         user.contains("## Best candidates") && user.contains("The best candidate so far"),
         "{user}"
     );
+    assert!(user.contains("Triton's CPU interpreter"), "{user}");
 
     let configs: Vec<serde_json::Value> = d
         .events(0)

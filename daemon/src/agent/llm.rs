@@ -2,7 +2,8 @@
 //! local vLLM / llama.cpp / Ollama server) writes the next candidate.
 //!
 //! Every request restates the goal (system prompt: `agent::brief`), then gives the
-//! compacted context, the best candidate so far and the last evaluation. The reply must
+//! compacted memory (the last evaluation included) and the best candidate so far, all
+//! within the goal's budget (`messages`; `kernelctl context` shows them). The reply must
 //! hold the whole module in one ```python block; a ```json block, if any, is the
 //! configuration to evaluate. The API key is read from the environment variable the goal
 //! names (never stored in the log).
@@ -15,7 +16,7 @@ use serde_json::{json, Value};
 use super::{Agent, AgentEnv, Proposal};
 use crate::context;
 use crate::projection::GoalProjection;
-use crate::wire::EvaluationRecord;
+use crate::wire::{ChatMessage, EvaluationRecord};
 
 /// Default limit of one request (generation of a long module takes a while).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
@@ -67,33 +68,65 @@ impl LlmAgent {
             env,
         })
     }
+}
 
-    fn messages(&self, goal: &GoalProjection, history: &[EvaluationRecord]) -> Value {
-        let system = format!(
-            "You are a GPU kernel engineer writing Triton for NVIDIA Hopper.\n{}\n\
-             Reply with the complete module in ONE ```python code block. Optionally add ONE ```json \
-             block with the configuration to evaluate (keys and values from your SPACE).",
-            super::brief(goal)
-        );
-        let mut user = context::compact(goal, history, context::budget(&goal.spec));
-        if let Some(best) = &self.env.best_source {
-            user.push_str("\n## The best candidate so far\n```python\n");
-            user.push_str(best);
-            user.push_str("\n```\n");
-        } else if let Some(seed) = goal.spec.seeds.first() {
-            user.push_str(&format!(
-                "\n## The seed `{}`\n```python\n{}\n```\n",
-                seed.name, seed.source
-            ));
+/// Asked at the end of every request.
+const INSTRUCTION: &str = "Propose a faster correct candidate, different from everything tried.";
+
+/// The messages of the next request: the goal and the contract (system), then the memory,
+/// the best candidate so far (else the first seed) and the instruction (user). This is
+/// what the agent sends and what `kernelctl context` shows.
+///
+/// The whole prompt (both messages) stays within the goal's budget (`context::budget`):
+/// the system prompt is sent whole; of what is left, the source takes what it needs
+/// but a quarter kept for the memory, clipped by `context::clip_source` beyond that;
+/// the memory takes the rest.
+pub fn messages(
+    goal: &GoalProjection,
+    history: &[EvaluationRecord],
+    best_source: Option<&str>,
+) -> Vec<ChatMessage> {
+    let system = format!(
+        "You are a GPU kernel engineer writing Triton for NVIDIA Hopper.\n{}\n\
+         Reply with the complete module in ONE ```python code block. Optionally add ONE ```json \
+         block with the configuration to evaluate (keys and values from your SPACE).",
+        super::brief(goal)
+    );
+    let (title, source) = match (best_source, goal.spec.seeds.first()) {
+        (Some(best), _) => ("## The best candidate so far".to_string(), best),
+        (None, Some(seed)) => (format!("## The seed `{}`", seed.name), seed.source.as_str()),
+        (None, None) => (String::new(), ""),
+    };
+    let source_section = |code: &str| {
+        if title.is_empty() {
+            String::new()
+        } else {
+            let newline = if code.ends_with('\n') { "" } else { "\n" };
+            format!("{title}\n```python\n{code}{newline}```\n")
         }
-        if let Some(last) = history.last() {
-            if let Some(m) = &last.result.message {
-                user.push_str(&format!("\n## The last evaluation's message\n{m}\n"));
-            }
-        }
-        user.push_str("\nPropose a faster correct candidate, different from everything tried.");
-        json!([{"role": "system", "content": system}, {"role": "user", "content": user}])
-    }
+    };
+    let budget = context::budget(&goal.spec);
+    // The bytes of the prompt besides the memory, given the source section's size.
+    let around = |section: usize| system.len() + section + 1 + INSTRUCTION.len();
+    let room = budget.saturating_sub(around(source_section("").len()));
+    let wanted_memory = context::memory(history, room).len();
+    let code = context::clip_source(source, room - wanted_memory.min(room / 4));
+    let code_section = source_section(&code);
+    let memory_room = budget.saturating_sub(around(code_section.len()));
+    let mut user = context::memory(history, memory_room);
+    user.push_str(&code_section);
+    user.push('\n');
+    user.push_str(INSTRUCTION);
+    vec![
+        ChatMessage {
+            role: "system".into(),
+            content: system,
+        },
+        ChatMessage {
+            role: "user".into(),
+            content: user,
+        },
+    ]
 }
 
 /// The first fenced block of the given language (```python / ```json), if any.
@@ -123,7 +156,8 @@ impl Agent for LlmAgent {
         history: &[EvaluationRecord],
         _iteration: u64,
     ) -> anyhow::Result<Option<Proposal>> {
-        let mut body = json!({"model": self.model, "messages": self.messages(goal, history)});
+        let messages = messages(goal, history, self.env.best_source.as_deref());
+        let mut body = json!({"model": self.model, "messages": messages});
         if let Some(t) = self.temperature {
             body["temperature"] = json!(t);
         }
@@ -190,5 +224,98 @@ mod tests {
         assert_eq!(fenced(reply, "python"), Some("SPACE = {}\n"));
         assert_eq!(fenced(reply, "json"), Some("{\"B\": 64}\n"));
         assert_eq!(fenced("no code here", "python"), None);
+    }
+
+    fn llm_goal(context_bytes: Option<u64>, seed: &str) -> GoalProjection {
+        let mut spec = crate::projection::test_spec(seed);
+        spec.agent.kind = "llm".into();
+        if let Some(b) = context_bytes {
+            spec.agent.settings = json!({"context_bytes": b});
+        }
+        GoalProjection::new("g1", spec, 0, 0)
+    }
+
+    fn history(n: u64) -> Vec<EvaluationRecord> {
+        use crate::wire::{EvalResult, ResultClass};
+        (1..=n)
+            .map(|i| EvaluationRecord {
+                iteration: i,
+                candidate: format!("c{i}"),
+                seed: "a.py".into(),
+                config: json!({"B": i}),
+                source_hash: None,
+                device: None,
+                result: EvalResult::failure(
+                    ResultClass::WrongResult,
+                    format!("iteration {i}: {}", "mismatch ".repeat(100)),
+                    1.0,
+                ),
+            })
+            .collect()
+    }
+
+    fn long_source() -> String {
+        let mut s = String::from("import triton\nSPACE = {\"B\": [1, 2]}\n");
+        for i in 0..2000 {
+            s.push_str(&format!("x{i} = {i}  # a line of the kernel\n"));
+        }
+        s.push_str("def matmul(inputs, out, config):\n    pass\n");
+        s
+    }
+
+    fn size(messages: &[ChatMessage]) -> usize {
+        messages.iter().map(|m| m.content.len()).sum()
+    }
+
+    #[test]
+    fn the_whole_prompt_stays_within_the_budget() {
+        let source = long_source();
+        for budget in [2048u64, 4096, 16384] {
+            let goal = llm_goal(Some(budget), "SPACE = {}\n");
+            for n in [0, 3, 500] {
+                let m = messages(&goal, &history(n), Some(&source));
+                assert_eq!((m[0].role.as_str(), m[1].role.as_str()), ("system", "user"));
+                assert!(size(&m) <= budget as usize, "{} > {budget}", size(&m));
+                let user = &m[1].content;
+                assert!(user.contains("## The best candidate so far\n```python\nimport triton\n"));
+                assert!(
+                    user.contains("lines omitted to fit the prompt's budget"),
+                    "{user}"
+                );
+                assert!(user.contains("def matmul(inputs, out, config):\n    pass\n```\n"));
+                assert!(user.ends_with(INSTRUCTION));
+                assert!(user.starts_with("## Best candidates\n"), "{user}");
+                assert_eq!(m, messages(&goal, &history(n), Some(&source)));
+                if n > 0 && budget >= 4096 {
+                    // The memory keeps its share beside a source that wants everything.
+                    assert!(user.contains("## Failures by kind\n"), "{user}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_source_that_fits_is_sent_whole_and_the_last_message_once() {
+        let goal = llm_goal(
+            None,
+            "SPACE = {}\ndef matmul(inputs, out, config):\n    pass\n",
+        );
+        let h = history(2);
+        let m = messages(&goal, &h, None);
+        let user = &m[1].content;
+        assert!(user.contains(
+            "## The seed `a.py`\n```python\nSPACE = {}\ndef matmul(inputs, out, config):\n    pass\n```\n"
+        ));
+        assert_eq!(
+            user.matches("iteration 2: mismatch").count(),
+            2,
+            "once in the failures, once as the last evaluation, nowhere else: {user}"
+        );
+        assert!(
+            !m[1].content.contains("# Goal `g`"),
+            "the goal is in the system prompt"
+        );
+        assert!(m[0].content.contains("# Goal `g`"));
+        assert!(size(&m) <= context::DEFAULT_PROMPT_BYTES);
     }
 }

@@ -9,6 +9,7 @@ pub mod command;
 pub mod llm;
 pub mod search;
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use serde_json::Value;
@@ -16,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::projection::GoalProjection;
 use crate::task::Task;
-use crate::wire::EvaluationRecord;
+use crate::wire::{ContextResult, EvaluationRecord};
 
 /// The goal restated with the candidate contract: the top of every brief an agent that
 /// writes code gets (GOAL.md for `command`, the system prompt for `llm`).
@@ -37,6 +38,64 @@ pub fn brief(goal: &GoalProjection) -> String {
         crate::context::goal_statement(spec),
         spec.task_dir
     )
+}
+
+/// What `kernelctl context` shows: exactly what the goal's agent gets on its next
+/// iteration, from the same functions the agent uses. `llm`: the request's messages;
+/// `command`: CONTEXT.md, and the names of the other files its directory holds;
+/// `search`: the compacted context.
+pub fn context_view(
+    goal: &GoalProjection,
+    history: &[EvaluationRecord],
+    best_source: Option<&str>,
+) -> ContextResult {
+    let spec = &goal.spec;
+    let budget = crate::context::budget(spec);
+    let mut view = ContextResult {
+        goal: goal.id.clone(),
+        agent: spec.agent.kind.clone(),
+        text: String::new(),
+        messages: Vec::new(),
+        files: Vec::new(),
+        budget_bytes: budget as u64,
+    };
+    match spec.agent.kind.as_str() {
+        "llm" => {
+            view.messages = llm::messages(goal, history, best_source);
+            for m in &view.messages {
+                let _ = writeln!(
+                    view.text,
+                    "===== {} ({} bytes) =====",
+                    m.role,
+                    m.content.len()
+                );
+                view.text.push_str(&m.content);
+                if !m.content.ends_with('\n') {
+                    view.text.push('\n');
+                }
+            }
+        }
+        kind => {
+            view.text = crate::context::compact(goal, history, budget);
+            if kind == "command" {
+                // As `command::CommandAgent::prepare` writes them.
+                view.files.push("GOAL.md".into());
+                if best_source.is_some() {
+                    view.files.push("best.py".into());
+                }
+                if !history.is_empty() {
+                    view.files.push("last_report.json".into());
+                }
+                view.files.extend(spec.seeds.iter().map(|seed| {
+                    let name = std::path::Path::new(&seed.name)
+                        .file_name()
+                        .map_or("seed.py".into(), |n| n.to_string_lossy().into_owned());
+                    format!("seeds/{name}")
+                }));
+            }
+        }
+    }
+    view
 }
 
 /// The configuration an agent gave (a JSON object), or `{}` (the candidate's DEFAULT).
