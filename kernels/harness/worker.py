@@ -102,6 +102,16 @@ def _watch_for_orphaning(stdin_fd: int | None) -> None:
     threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
 
 
+def _prefer_oom_kill() -> None:
+    """Under memory pressure the kernel should take a worker (a crashed evaluation, a fresh
+    worker next) rather than the daemon. Raising one's own score needs no privilege."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("500")
+    except OSError:
+        pass
+
+
 def _protocol_stream():
     """Keep the real stdout for protocol lines; everything else written to fd 1 goes to stderr."""
     sys.stdout.flush()
@@ -145,6 +155,7 @@ def _limits():
 def main() -> int:
     # First, before the slow imports: a daemon that dies while we start must not leave us behind.
     _watch_for_orphaning(sys.stdin.fileno() if sys.stdin is not None else None)
+    _prefer_oom_kill()
     proto = _protocol_stream()
     here = os.path.dirname(os.path.abspath(__file__))
     kernels_dir = os.path.dirname(here)
