@@ -1,10 +1,13 @@
 //! Defences of the real binaries against their environment: workers that must not outlive
 //! the daemon, a spool that cannot be emptied, and clients that hold the socket.
 
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use kerneld::wire::EventKind;
 use kerneld_e2e::*;
+use serde_json::{json, Value};
 
 fn alive(pid: i32) -> bool {
     // A zombie waiting for init to reap it counts as gone.
@@ -119,4 +122,131 @@ fn a_spool_file_that_cannot_be_moved_is_enqueued_once_per_content() {
         "the edited file was not taken\n{}",
         d.log_text()
     );
+}
+
+fn connect(d: &Daemon) -> (UnixStream, BufReader<UnixStream>) {
+    let s = UnixStream::connect(&d.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let r = BufReader::new(s.try_clone().unwrap());
+    (s, r)
+}
+
+fn read_json(r: &mut BufReader<UnixStream>) -> Value {
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+}
+
+fn at_eof(r: &mut BufReader<UnixStream>) -> bool {
+    let mut rest = String::new();
+    matches!(r.read_line(&mut rest), Ok(0))
+}
+
+const VERSION: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"version\"}\n";
+
+#[test]
+fn a_request_that_is_not_utf8_is_answered_and_the_connection_goes_on() {
+    let dir = TempDir::new("utf8");
+    let d = Daemon::start(dir.path());
+    let (mut s, mut r) = connect(&d);
+    s.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\xfe\"}\n")
+        .unwrap();
+    let v = read_json(&mut r);
+    assert_eq!(v["error"]["code"], -32700, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not UTF-8"),
+        "{v}"
+    );
+    s.write_all(VERSION).unwrap();
+    let v = read_json(&mut r);
+    assert_eq!(v["id"], 7);
+    assert_eq!(v["result"]["mode"], "cpu");
+}
+
+#[test]
+fn connections_beyond_the_cap_are_refused_with_a_reason() {
+    let dir = TempDir::new("conncap");
+    let d = Daemon::start(dir.path());
+    // Each one answered a request, so each is surely counted.
+    let mut open = Vec::new();
+    for _ in 0..64 {
+        let (mut s, mut r) = connect(&d);
+        s.write_all(VERSION).unwrap();
+        assert_eq!(read_json(&mut r)["id"], 7);
+        open.push((s, r));
+    }
+    let (_s, mut r) = connect(&d);
+    let v = read_json(&mut r);
+    assert_eq!(v["error"]["code"], -32603, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("64 connections"),
+        "{v}"
+    );
+    assert!(at_eof(&mut r), "a refused connection is closed");
+
+    // One closes: a newcomer gets in again.
+    drop(open.pop());
+    assert!(
+        d.wait_until(Duration::from_secs(10), |d| try_call(
+            &d.socket,
+            kerneld::wire::method::VERSION,
+            json!({})
+        )
+        .is_ok_and(|v| v.get("result").is_some())),
+        "no connection accepted after one closed"
+    );
+}
+
+#[test]
+fn an_unfinished_line_times_out_but_idle_and_following_clients_stay() {
+    let dir = TempDir::new("partial");
+    let d = Daemon::start_env(dir.path(), &[], &[("KERNELD_RPC_LINE_TIMEOUT_MS", "1000")]);
+
+    let (mut follower, mut follow_r) = connect(&d);
+    follower
+        .write_all(
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"events\",\"params\":{\"follow\":true}}\n",
+        )
+        .unwrap();
+    assert_eq!(read_json(&mut follow_r)["id"], 1);
+    let (mut idle, mut idle_r) = connect(&d);
+
+    let t0 = Instant::now();
+    let (mut slow, mut slow_r) = connect(&d);
+    slow.write_all(b"{\"jsonrpc\":\"2.0\",").unwrap();
+    let v = read_json(&mut slow_r);
+    let took = t0.elapsed();
+    assert_eq!(v["error"]["code"], -32600, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not finished"),
+        "{v}"
+    );
+    assert!(at_eof(&mut slow_r));
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+
+    // Well past the timeout, the idle client asks and the follower hears of a new goal.
+    std::thread::sleep(Duration::from_millis(1500));
+    idle.write_all(VERSION).unwrap();
+    assert_eq!(read_json(&mut idle_r)["id"], 7);
+    let goal = demo_goal(dir.path(), "heard", 1, "");
+    let id = enqueue(&d, &goal);
+    let note = read_json(&mut follow_r);
+    assert_eq!(
+        note["method"],
+        kerneld::wire::method::EVENT_NOTIFICATION,
+        "{note}"
+    );
+    assert_eq!(note["params"]["goal"], id.as_str(), "{note}");
 }
