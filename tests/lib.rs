@@ -233,10 +233,44 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// The daemon's workers: its children that lead their own process group.
+    pub fn worker_pids(&self) -> Vec<i32> {
+        let daemon = self.child.id() as i32;
+        let mut pids = Vec::new();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // After the `(comm)`: state, ppid, pgrp, ...
+            let rest: Vec<&str> = stat
+                .rsplit_once(')')
+                .map(|(_, r)| r.split_whitespace().collect())
+                .unwrap_or_default();
+            let field = |i: usize| rest.get(i).and_then(|v| v.parse::<i32>().ok());
+            if field(1) == Some(daemon) && field(2) == Some(pid) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
+        // A test that fails mid-way must not leave workers spinning: kill their groups too.
+        let workers = self.worker_pids();
         let _ = self.child.kill();
         let _ = self.child.wait();
+        for pgid in workers {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pgid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
     }
 }
 

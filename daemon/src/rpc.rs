@@ -1,20 +1,25 @@
 //! The control plane: JSON-RPC 2.0 over a Unix socket, one JSON object per line.
 //!
 //! Each connection reads requests and answers them in order. Lines longer than
-//! `wire::MAX_LINE` get a -32600 answer and the connection is closed (the codec
-//! cannot resynchronise after an over-long line). The caller's uid comes from
+//! `wire::MAX_LINE` get a -32600 answer and the connection is closed (the rest of the
+//! line cannot be told from the next request); so does a line not finished within
+//! `Limits::partial_line`. A line that is not UTF-8 gets -32700 and the connection goes
+//! on. At most `Limits::max_connections` are open at once. The caller's uid comes from
 //! SO_PEERCRED and decides who may change a goal.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use futures::{SinkExt, StreamExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UnixListener, UnixStream};
-use tokio_util::codec::{Framed, LinesCodec, LinesCodecError};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, RpcResult};
@@ -48,23 +53,86 @@ pub async fn bind(path: &Path) -> anyhow::Result<UnixListener> {
     Ok(listener)
 }
 
+/// What keeps local clients from growing the daemon without bound: every connection may
+/// buffer up to `wire::MAX_LINE`, so their number is capped; a line must be completed in
+/// time; a client must read what it is sent.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Connections open at once; one more is answered with an error and closed.
+    pub max_connections: usize,
+    /// From a line's first byte to its newline. Idle connections (no partial line, e.g.
+    /// `events --follow` or a client between requests) do not time out.
+    pub partial_line: Duration,
+    /// How long one reply or notification may wait for the client to read.
+    pub write: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: 64,
+            partial_line: Duration::from_secs(30),
+            write: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Limits {
+    /// The defaults, with `KERNELD_RPC_MAX_CONNECTIONS` and `KERNELD_RPC_LINE_TIMEOUT_MS`
+    /// (tests, unusual deployments) applied when they parse.
+    pub fn from_env() -> Limits {
+        let mut limits = Limits::default();
+        let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+        if let Some(n) = env("KERNELD_RPC_MAX_CONNECTIONS").filter(|&n| n > 0) {
+            limits.max_connections = n as usize;
+        }
+        if let Some(ms) = env("KERNELD_RPC_LINE_TIMEOUT_MS").filter(|&ms| ms > 0) {
+            limits.partial_line = Duration::from_millis(ms);
+        }
+        limits
+    }
+}
+
 /// Accepts connections until `stop` is cancelled.
 pub async fn serve(listener: UnixListener, engine: Arc<Engine>, stop: CancellationToken) {
+    serve_with(listener, engine, stop, Limits::from_env()).await
+}
+
+pub async fn serve_with(
+    listener: UnixListener,
+    engine: Arc<Engine>,
+    stop: CancellationToken,
+    limits: Limits,
+) {
+    let open = Arc::new(Semaphore::new(limits.max_connections));
+    let mut last_refusal_logged: Option<Instant> = None;
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    let Ok(permit) = open.clone().try_acquire_owned() else {
+                        refuse(&stream, limits.max_connections);
+                        if !matches!(last_refusal_logged, Some(t) if t.elapsed() < Duration::from_secs(60)) {
+                            last_refusal_logged = Some(Instant::now());
+                            tracing::warn!(
+                                "refusing connections: {} already open (more refusals this minute are not logged)",
+                                limits.max_connections
+                            );
+                        }
+                        continue;
+                    };
                     let engine = engine.clone();
                     let stop = stop.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = connection(stream, engine, stop).await {
+                        let _permit = permit;
+                        if let Err(e) = connection(stream, engine, stop, limits).await {
                             tracing::debug!("connection ended: {e}");
                         }
                     });
                 }
                 Err(e) => {
                     tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             },
             _ = stop.cancelled() => break,
@@ -72,29 +140,124 @@ pub async fn serve(listener: UnixListener, engine: Arc<Engine>, stop: Cancellati
     }
 }
 
-type Conn = Framed<UnixStream, LinesCodec>;
+/// Says why, without waiting (a fresh socket's buffer takes one short line), and closes.
+fn refuse(stream: &UnixStream, max: usize) {
+    let err = RpcError::new(
+        code::INTERNAL_ERROR,
+        format!(
+            "kerneld has {max} connections open, its limit; close idle clients \
+             (`kernelctl watch`, `events --follow`) and retry"
+        ),
+    );
+    if let Ok(mut line) = serde_json::to_vec(&Response::err(Value::Null, err)) {
+        line.push(b'\n');
+        let _ = stream.try_write(&line);
+    }
+}
+
+/// One line read from a client.
+enum Frame {
+    Line(Vec<u8>),
+    /// Longer than `MAX_LINE`: the rest of it cannot be told from the next request.
+    TooLong,
+    /// Started but not finished within `Limits::partial_line`.
+    Unfinished,
+}
+
+/// Reads newline-terminated lines, bounded in length and in the time one may take.
+/// Cancel-safe: whatever was read stays in `partial`, so it may sit in a `select!`.
+struct LineReader {
+    inner: BufReader<OwnedReadHalf>,
+    partial: Vec<u8>,
+    partial_since: Option<Instant>,
+    timeout: Duration,
+}
+
+impl LineReader {
+    /// The next line without its `\n` (or `\r\n`); None at the end of the stream.
+    async fn next(&mut self) -> std::io::Result<Option<Frame>> {
+        loop {
+            let deadline = self.partial_since.map(|t0| t0 + self.timeout);
+            let chunk = match deadline {
+                None => self.inner.fill_buf().await?,
+                Some(at) => match tokio::time::timeout_at(at.into(), self.inner.fill_buf()).await {
+                    Ok(r) => r?,
+                    Err(_) => return Ok(Some(Frame::Unfinished)),
+                },
+            };
+            if chunk.is_empty() {
+                // End of stream: an unterminated last request still counts.
+                self.partial_since = None;
+                return Ok((!self.partial.is_empty())
+                    .then(|| Frame::Line(std::mem::take(&mut self.partial))));
+            }
+            let (take, complete) = match chunk.iter().position(|&b| b == b'\n') {
+                Some(i) => (i, true),
+                None => (chunk.len(), false),
+            };
+            if self.partial.len() + take > MAX_LINE {
+                return Ok(Some(Frame::TooLong));
+            }
+            self.partial.extend_from_slice(&chunk[..take]);
+            self.inner.consume(take + usize::from(complete));
+            if complete {
+                self.partial_since = None;
+                let mut line = std::mem::take(&mut self.partial);
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                return Ok(Some(Frame::Line(line)));
+            }
+            self.partial_since.get_or_insert_with(Instant::now);
+        }
+    }
+}
+
+struct Conn {
+    lines: LineReader,
+    writer: OwnedWriteHalf,
+    write_timeout: Duration,
+}
 
 async fn send(conn: &mut Conn, msg: &impl Serialize) -> anyhow::Result<()> {
-    conn.send(serde_json::to_string(msg)?).await?;
-    Ok(())
+    let mut line = serde_json::to_vec(msg)?;
+    line.push(b'\n');
+    match tokio::time::timeout(conn.write_timeout, conn.writer.write_all(&line)).await {
+        Ok(r) => Ok(r?),
+        Err(_) => anyhow::bail!(
+            "the client read nothing for {:?}; connection closed",
+            conn.write_timeout
+        ),
+    }
 }
 
 async fn connection(
     stream: UnixStream,
     engine: Arc<Engine>,
     stop: CancellationToken,
+    limits: Limits,
 ) -> anyhow::Result<()> {
     let uid = stream.peer_cred().map(|c| c.uid()).unwrap_or(u32::MAX);
-    let mut conn = Framed::new(stream, LinesCodec::new_with_max_length(MAX_LINE));
+    let (read, writer) = stream.into_split();
+    let mut conn = Conn {
+        lines: LineReader {
+            inner: BufReader::new(read),
+            partial: Vec::new(),
+            partial_since: None,
+            timeout: limits.partial_line,
+        },
+        writer,
+        write_timeout: limits.write,
+    };
     loop {
-        let line = tokio::select! {
-            l = conn.next() => l,
+        let frame = tokio::select! {
+            f = conn.lines.next() => f?,
             _ = stop.cancelled() => return Ok(()),
         };
-        let line = match line {
+        let line = match frame {
             None => return Ok(()),
-            Some(Ok(l)) => l,
-            Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
+            Some(Frame::Line(l)) => l,
+            Some(Frame::TooLong) => {
                 let err = RpcError::new(
                     code::INVALID_REQUEST,
                     format!("request longer than {MAX_LINE} bytes"),
@@ -102,7 +265,23 @@ async fn connection(
                 send(&mut conn, &Response::err(Value::Null, err)).await?;
                 return Ok(());
             }
-            Some(Err(e)) => return Err(e.into()),
+            Some(Frame::Unfinished) => {
+                let err = RpcError::new(
+                    code::INVALID_REQUEST,
+                    format!(
+                        "request line not finished (no newline) within {:?}; connection closed",
+                        limits.partial_line
+                    ),
+                );
+                send(&mut conn, &Response::err(Value::Null, err)).await?;
+                return Ok(());
+            }
+        };
+        // The line ended at its newline, so the next request can still be read.
+        let Ok(line) = String::from_utf8(line) else {
+            let err = RpcError::new(code::PARSE_ERROR, "request is not UTF-8");
+            send(&mut conn, &Response::err(Value::Null, err)).await?;
+            continue;
         };
         if line.trim().is_empty() {
             continue;
@@ -239,8 +418,9 @@ async fn follow(
                 }
                 Err(_) => return Ok(()),
             },
-            // The client hung up (or sent something: follow mode takes no more requests).
-            r = conn.next() => if r.is_none() { return Ok(()) },
+            // Follow mode takes no more requests: lines are ignored; a hang-up, an
+            // unfinished or over-long line ends it.
+            r = conn.lines.next() => if !matches!(r, Ok(Some(Frame::Line(_)))) { return Ok(()) },
             _ = stop.cancelled() => return Ok(()),
         }
     }

@@ -18,6 +18,7 @@ import sys
 import traceback
 
 EXIT_FATAL_CUDA = 3
+EXIT_ORPHANED = 4
 
 # SIGINT from the daemon means "abandon the request in flight" (a pause or cancel): the
 # worker answers that request with `aborted` and stays usable, which spares the next
@@ -41,7 +42,74 @@ class _Busy:
         global _busy
         _busy = False
         return False
+
+
 MAX_LINE = 4 * 2**20
+ORPHAN_POLL_S = 0.2
+
+
+def _exit_with_group(reason: str) -> None:
+    """Exit now, taking along whatever this worker started (a compiler, a forked candidate)."""
+    try:
+        print(f"worker: {reason}; exiting", file=sys.stderr, flush=True)
+    except Exception:
+        pass  # stderr is the dead daemon's pipe too
+    pgid = os.getpgrp()
+    # Only when we lead our own group (the daemon starts us so): otherwise the group is
+    # whoever ran us by hand, and it is not ours to kill. SIGKILL reaches us as well.
+    if pgid == os.getpid():
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(EXIT_ORPHANED)
+
+
+def _watch_for_orphaning(stdin_fd: int | None) -> None:
+    """Exit when the daemon is gone: the write end of our stdin closed (EOF), or we were
+    re-parented (the daemon died; its children go to init or a subreaper).
+
+    A daemon thread, so it runs while the main thread is stuck in a candidate: a pure-Python
+    endless loop hands the GIL over every switch interval (5 ms), and CUDA synchronisation
+    releases it. PR_SET_PDEATHSIG is no substitute: it fires when the *thread* that forked
+    us exits, and the daemon's runtime retires its blocking threads. (A C extension that
+    spins holding the GIL starves this thread too; only the daemon's kill helps then.)
+    """
+    import select
+    import threading
+    import time
+
+    parent = os.getppid()
+    poller = select.poll()
+    if stdin_fd is not None:
+        # Event mask 0: report only hang-up and errors, not data waiting for the main thread.
+        poller.register(stdin_fd, 0)
+    gone = select.POLLHUP | select.POLLERR | select.POLLNVAL
+
+    def stdin_hung_up() -> bool:
+        if stdin_fd is None:
+            time.sleep(ORPHAN_POLL_S)
+            return False
+        return any(ev & gone for _, ev in poller.poll(ORPHAN_POLL_S * 1000))
+
+    def watch():
+        while True:
+            if stdin_hung_up():
+                _exit_with_group("stdin closed (the daemon is gone or let go of this worker)")
+            if os.getppid() != parent:
+                _exit_with_group(f"parent process {parent} is gone")
+
+    threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
+
+
+def _prefer_oom_kill() -> None:
+    """Under memory pressure the kernel should take a worker (a crashed evaluation, a fresh
+    worker next) rather than the daemon. Raising one's own score needs no privilege."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("500")
+    except OSError:
+        pass
 
 
 def _protocol_stream():
@@ -85,6 +153,9 @@ def _limits():
 
 
 def main() -> int:
+    # First, before the slow imports: a daemon that dies while we start must not leave us behind.
+    _watch_for_orphaning(sys.stdin.fileno() if sys.stdin is not None else None)
+    _prefer_oom_kill()
     proto = _protocol_stream()
     here = os.path.dirname(os.path.abspath(__file__))
     kernels_dir = os.path.dirname(here)
