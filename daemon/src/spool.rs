@@ -68,6 +68,8 @@ async fn scan(dir: &Path, engine: &Engine) {
             path: path.display().to_string(),
             source,
             unique: true,
+            // Seeds come from the task only: the daemon reads no user-named file.
+            files: Default::default(),
         };
         let name = path.file_name().unwrap_or_default().to_owned();
         match engine.enqueue(params, owner).await {
