@@ -392,7 +392,10 @@ pub fn parse(
     let cx = Ctx { file: path, text };
     let raw: RawGoal = toml::from_str(text).map_err(|e| {
         let span = e.span().unwrap_or(0..0);
-        cx.err(span.clone(), explain_toml_error(text, &span, e.message().trim()))
+        cx.err(
+            span.clone(),
+            explain_toml_error(text, &span, e.message().trim()),
+        )
     })?;
 
     let name = raw.name.get_ref().trim().to_string();
@@ -647,9 +650,11 @@ fn check_http_url(url: &str) -> Result<(), String> {
     }
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     if authority.contains('@') {
-        return Err("it must not hold a user or password: kerneld sends the key from the \
+        return Err(
+            "it must not hold a user or password: kerneld sends the key from the \
                     environment variable named by `api_key_env`"
-            .into());
+                .into(),
+        );
     }
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
         let (host, after) = v6.split_once(']').ok_or("its IPv6 address lacks a `]`")?;
@@ -717,7 +722,10 @@ fn parse_agent(
         ("temperature", raw.temperature.as_ref().map(Spanned::span)),
         ("command", raw.command.as_ref().map(Spanned::span)),
         ("timeout", raw.timeout.as_ref().map(Spanned::span)),
-        ("context_bytes", raw.context_bytes.as_ref().map(Spanned::span)),
+        (
+            "context_bytes",
+            raw.context_bytes.as_ref().map(Spanned::span),
+        ),
     ];
     if let Some((key, span)) = present
         .into_iter()
@@ -984,5 +992,226 @@ mod tests {
         assert!(e.message.contains("search, llm, command"), "{e}");
         let g = parse_in(&d, "name = \"g\"\ntask = \"demo\"\n[agent]\nkind = \"llm\"\nurl = \"http://127.0.0.1:8000/v1\"\nmodel = \"m\"\n").unwrap();
         assert_eq!(g.agent.settings["api_key_env"], "OPENAI_API_KEY");
+    }
+
+    fn parse_as(
+        dir: &tempfile_dir::Dir,
+        text: &str,
+        requester: &Requester,
+    ) -> Result<GoalSpec, GoalError> {
+        let path = dir.0.join("goal.toml");
+        parse(&path.display().to_string(), text, &dir.0, requester)
+    }
+
+    fn untrusted(files: &[(&str, &str)]) -> Requester {
+        Requester {
+            trusted: false,
+            may_run_commands: false,
+            files: files
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn seeds_outside_the_task_come_only_from_the_client() {
+        let d = task_fixture();
+        // An absolute path is never read by the daemon, whoever asks.
+        for who in [untrusted(&[]), Requester::trusted(Default::default())] {
+            let e = parse_as(
+                &d,
+                "name = \"g\"\ntask = \"demo\"\nseed = \"/etc/hostname\"\n",
+                &who,
+            )
+            .unwrap_err();
+            assert_eq!(e.line, 3, "{e}");
+            assert!(
+                e.message.contains("not in the task's directory")
+                    && e.message.contains("kernelctl sent no readable file"),
+                "{e}"
+            );
+        }
+        // Nor a relative path leaving the task directory.
+        std::fs::write(d.0.join("outside.py"), "SPACE = {}\n").unwrap();
+        let e = parse_as(
+            &d,
+            "name = \"g\"\ntask = \"demo\"\nseed = \"../outside.py\"\n",
+            &untrusted(&[]),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("not found"), "{e}");
+        // What the client sent is used, under the seed's file name.
+        let g = parse_as(
+            &d,
+            "name = \"g\"\ntask = \"demo\"\nseed = [\"mine.py\", \"tiled.py\"]\n",
+            &untrusted(&[("mine.py", "SPACE = {'A': [1]}\n")]),
+        )
+        .unwrap();
+        assert_eq!(g.seeds[0].name, "mine.py");
+        assert_eq!(g.seeds[0].source, "SPACE = {'A': [1]}\n");
+        assert_eq!(g.seeds[1].name, "tiled.py");
+    }
+
+    #[test]
+    fn client_reads_seeds_next_to_the_goal_file() {
+        let d = task_fixture();
+        std::fs::write(d.0.join("mine.py"), "SPACE = {}\n").unwrap();
+        let text = "name = \"g\"\ntask = \"demo\"\nseed = [\"mine.py\", \"tiled.py\"]\n";
+        assert_eq!(seed_refs(text), vec!["mine.py", "tiled.py"]);
+        assert_eq!(seed_refs("seed = \"a.py\"\n"), vec!["a.py"]);
+        assert!(seed_refs("name = \"g\"\n").is_empty());
+        let files = local_seed_files(&d.0.join("goal.toml"), text).unwrap();
+        assert_eq!(files.keys().collect::<Vec<_>>(), vec!["mine.py"]);
+    }
+
+    #[test]
+    fn task_paths_only_from_trusted_requesters() {
+        let d = task_fixture();
+        let abs = format!("name = \"g\"\ntask = \"{}\"\n", d.0.join("demo").display());
+        let e = parse_as(&d, &abs, &untrusted(&[])).unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        assert!(
+            e.message.contains("refused")
+                && e.message.contains("kernels directory")
+                && e.message.contains("installed task (demo)"),
+            "{e}"
+        );
+        let e = parse_as(&d, "name = \"g\"\ntask = \"../x/demo\"\n", &untrusted(&[])).unwrap_err();
+        assert!(e.message.contains("refused"), "{e}");
+        assert!(parse_as(&d, &abs, &Requester::trusted(Default::default())).is_ok());
+        // An installed task by name is fine for anyone.
+        assert!(parse_as(&d, "name = \"g\"\ntask = \"demo\"\n", &untrusted(&[])).is_ok());
+    }
+
+    #[test]
+    fn command_agent_needs_permission() {
+        let d = task_fixture();
+        let text =
+            "name = \"g\"\ntask = \"demo\"\n[agent]\nkind = \"command\"\ncommand = [\"true\"]\n";
+        let e = parse_as(&d, text, &untrusted(&[])).unwrap_err();
+        assert!(e.message.contains("agent kind `command` refused"), "{e}");
+        let root_daemon = Requester {
+            may_run_commands: true,
+            ..untrusted(&[])
+        };
+        assert!(parse_as(&d, text, &root_daemon).is_ok());
+    }
+
+    #[test]
+    fn names_that_look_like_ids_are_refused() {
+        let d = task_fixture();
+        for name in ["g1", "g0042", ".", ".."] {
+            let e = parse_in(&d, &format!("name = \"{name}\"\ntask = \"demo\"\n")).unwrap_err();
+            assert_eq!(e.line, 1, "{e}");
+            assert!(e.message.contains("cannot be"), "{e}");
+        }
+        assert!(e_ok(&d, "g"));
+        assert!(e_ok(&d, "g1x"));
+        assert!(e_ok(&d, "goal1"));
+    }
+
+    fn e_ok(d: &tempfile_dir::Dir, name: &str) -> bool {
+        parse_in(d, &format!("name = \"{name}\"\ntask = \"demo\"\n")).is_ok()
+    }
+
+    #[test]
+    fn agent_keys_and_values_are_checked() {
+        let d = task_fixture();
+        let agent = |body: &str| {
+            parse_in(
+                &d,
+                &format!("name = \"g\"\ntask = \"demo\"\n[agent]\n{body}\n"),
+            )
+        };
+        let e = agent("kind = \"search\"\nurl = \"http://x\"\ncommand = [\"a\"]").unwrap_err();
+        assert_eq!(e.line, 5, "{e}");
+        assert!(
+            e.message
+                .contains("`agent.url` does not apply to agent kind `search`")
+                && e.message.contains("kind, context_bytes"),
+            "{e}"
+        );
+        let e = agent("kind = \"command\"\ncommand = [\"a\"]\nmodel = \"m\"").unwrap_err();
+        assert!(e.message.contains("`agent.model` does not apply"), "{e}");
+        let llm = "kind = \"llm\"\nmodel = \"m\"\n";
+        for bad in [
+            "not a url",
+            "ftp://h/v1",
+            "http://",
+            "http://h:99999/v1",
+            "http://u:p@h/",
+        ] {
+            let e = agent(&format!("{llm}url = \"{bad}\"")).unwrap_err();
+            assert_eq!(e.line, 6, "{bad}: {e}");
+            assert!(e.message.contains("not a usable URL"), "{bad}: {e}");
+        }
+        for good in [
+            "http://127.0.0.1:8000/v1",
+            "https://api.example.com/v1/chat/completions",
+            "http://[::1]:8080",
+        ] {
+            agent(&format!("{llm}url = \"{good}\"")).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+        let e = agent("kind = \"llm\"\nurl = \"http://h/v1\"").unwrap_err();
+        assert!(e.message.contains("needs `model`"), "{e}");
+        let e = agent(&format!("{llm}url = \"http://h\"\ntemperature = -5.0")).unwrap_err();
+        assert!(e.message.contains("between 0 and 2"), "{e}");
+        let e = agent("kind = \"search\"\ncontext_bytes = 999999999999").unwrap_err();
+        assert!(
+            e.message
+                .contains("between 1024 (1 KiB) and 1048576 (1 MiB)"),
+            "{e}"
+        );
+        assert!(agent("kind = \"search\"\ncontext_bytes = 16384").is_ok());
+    }
+
+    #[test]
+    fn duplicate_shapes_are_refused() {
+        let d = task_fixture();
+        let e = parse_in(
+            &d,
+            "name = \"g\"\ntask = \"demo\"\nshapes = [\"m64\", \"m64\"]\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("`m64` is listed twice"), "{e}");
+    }
+
+    #[test]
+    fn type_errors_are_in_plain_words() {
+        let d = task_fixture();
+        let e = parse_in(
+            &d,
+            "name = \"g\"\ntask = \"demo\"\n[budget]\niterations = \"1000\"\n",
+        )
+        .unwrap_err();
+        assert_eq!((e.line, e.column), (4, 14), "{e}");
+        assert_eq!(
+            e.message,
+            "`budget.iterations` must be an integer, not a string: write iterations = 1000"
+        );
+        let e = parse_in(&d, "name = \"g\"\ntask = \"demo\"\nseed = 5\n").unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
+        assert!(
+            e.message
+                .starts_with("`seed` must be a file name or a list of file names"),
+            "{e}"
+        );
+        let e = parse_in(&d, "name = 7\ntask = \"demo\"\n").unwrap_err();
+        assert!(
+            e.message.contains(
+                "`name` must be a string (in quotes), not an integer: write name = \"7\""
+            ),
+            "{e}"
+        );
+        let e = parse_in(
+            &d,
+            "name = \"g\"\ntask = \"demo\"\n[budget]\nwall = \"99999999999999999999h\"\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.message.contains("duration too long"), "{e}");
+        assert!(parse_duration("3651d").unwrap_err().contains("too long"));
+        assert_eq!(parse_duration("3650d"), Ok(MAX_DURATION_S));
     }
 }
