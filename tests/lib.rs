@@ -310,12 +310,14 @@ pub fn demo_goal(dir: &Path, name: &str, iterations: u64, extra: &str) -> PathBu
     path
 }
 
-/// Enqueues through the socket and returns the goal id.
+/// Enqueues through the socket and returns the goal id. Like `kernelctl`, it sends the
+/// seed files found next to the goal file.
 pub fn enqueue(d: &Daemon, path: &Path) -> String {
     let source = std::fs::read_to_string(path).unwrap();
+    let files = kerneld::goal::local_seed_files(path, &source).unwrap();
     let r = d.call(
         wire::method::ENQUEUE,
-        json!({"path": path, "source": source, "unique": false}),
+        json!({"path": path, "source": source, "unique": false, "files": files}),
     );
     r["id"].as_str().unwrap().to_string()
 }

@@ -1565,6 +1565,12 @@ impl Engine {
         })
     }
 
+    /// May name task directories outside the installed tasks at enqueue: root, kerneld's
+    /// own user, or the admin group.
+    fn is_trusted(&self, uid: u32) -> bool {
+        uid == nix::unistd::geteuid().as_raw() || self.is_admin(uid)
+    }
+
     /// Root, or a member of the configured admin group.
     fn is_admin(&self, uid: u32) -> bool {
         if uid == 0 {
@@ -1605,20 +1611,28 @@ impl Engine {
             ));
         }
         let kernels = self.config().kernels_dir.clone();
-        let (path, source) = (params.path.clone(), params.source.clone());
-        let spec =
-            tokio::task::spawn_blocking(move || crate::goal::parse(&path, &source, &kernels))
-                .await
-                .map_err(internal)?
-                .map_err(|e| rpc_err(code::INVALID_GOAL, e.to_string()))?;
+        let trusted = self.is_trusted(uid);
+        let requester = crate::goal::Requester {
+            trusted,
+            // A root daemon runs a command agent as the goal's owner (agent::command).
+            may_run_commands: trusted || nix::unistd::geteuid().is_root(),
+            files: params.files,
+        };
+        let (path, source) = (params.path, params.source);
+        let spec = tokio::task::spawn_blocking(move || {
+            crate::goal::parse(&path, &source, &kernels, &requester)
+        })
+        .await
+        .map_err(internal)?
+        .map_err(|e| rpc_err(code::INVALID_GOAL, e.to_string()))?;
         let guard = self.commit_lock.lock().await;
         if params.unique {
             let st = self.state.lock().unwrap();
-            if let Some(g) = st
-                .goals
-                .values()
-                .find(|g| g.proj.spec.name == spec.name && !g.proj.state.is_terminal())
-            {
+            if let Some(g) = st.goals.values().find(|g| {
+                g.proj.spec.name == spec.name
+                    && g.proj.owner_uid == uid
+                    && !g.proj.state.is_terminal()
+            }) {
                 return Ok(EnqueueResult {
                     id: g.proj.id.clone(),
                     name: spec.name,

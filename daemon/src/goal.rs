@@ -1,11 +1,17 @@
 //! Goal files (SPEC section 4): parsed with `toml` + serde, unknown keys and bad values
 //! rejected with `file:line:column: message`, then checked against the task they name.
 //!
-//! Parsing is a pure function of the file's text, its path and the kernels directory,
-//! so a rejected goal changes nothing: nothing is written before `parse` succeeds.
+//! Parsing is a pure function of the file's text, its path, the kernels directory and
+//! what the engine says of the requester (`Requester`), so a rejected goal changes
+//! nothing: nothing is written before `parse` succeeds.
+//!
+//! The daemon reads no file a user names outside the installed tasks: seeds that are not
+//! in the task's directory are read by `kernelctl` with the user's own rights
+//! (`local_seed_files`) and travel in the request.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
 use toml::Spanned;
@@ -20,6 +26,52 @@ pub const AGENTS: &[&str] = &["search", "llm", "command"];
 /// ... and those this build can run (`agent::for_goal`); a goal naming another is refused
 /// at enqueue rather than failing later.
 pub const AVAILABLE_AGENTS: &[&str] = &["search", "llm", "command"];
+/// The `[agent]` keys each kind accepts.
+const SEARCH_KEYS: &[&str] = &["kind", "context_bytes"];
+const LLM_KEYS: &[&str] = &[
+    "kind",
+    "url",
+    "model",
+    "api_key_env",
+    "temperature",
+    "timeout",
+    "context_bytes",
+];
+const COMMAND_KEYS: &[&str] = &["kind", "command", "timeout", "context_bytes"];
+/// Bounds of `agent.context_bytes` (the size of the context an agent sees).
+pub const CONTEXT_BYTES: std::ops::RangeInclusive<i64> = 1024..=1024 * 1024;
+/// Bounds of `agent.temperature`, as OpenAI-compatible endpoints accept it.
+pub const TEMPERATURE: std::ops::RangeInclusive<f64> = 0.0..=2.0;
+/// Largest seed file sent with a goal.
+pub const MAX_SEED_BYTES: u64 = 1 << 20;
+/// Longest duration accepted (ten years): far beyond any budget, and safe to turn into ms.
+pub const MAX_DURATION_S: u64 = 3650 * 86_400;
+
+/// What parsing needs to know of who enqueues. The engine fills it in (uids, groups);
+/// `parse` only reads it, so it stays a pure function.
+#[derive(Debug, Clone, Default)]
+pub struct Requester {
+    /// Root, kerneld's own user or its admin group: may name a task by path (its Python
+    /// runs as kerneld's user).
+    pub trusted: bool,
+    /// May use a `command` agent: when kerneld runs as root the program runs as the
+    /// goal's owner, so anyone may; otherwise it would run as kerneld's user, so only the
+    /// trusted.
+    pub may_run_commands: bool,
+    /// Seed files read by the client with the user's rights: seed as written -> text.
+    pub files: BTreeMap<String, String>,
+}
+
+impl Requester {
+    /// Someone kerneld trusts fully (tests, tools running as kerneld's user).
+    pub fn trusted(files: BTreeMap<String, String>) -> Requester {
+        Requester {
+            trusted: true,
+            may_run_commands: true,
+            files,
+        }
+    }
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -66,10 +118,10 @@ struct RawStop {
 struct RawAgent {
     kind: Spanned<String>,
     // llm
-    url: Option<String>,
-    model: Option<String>,
-    api_key_env: Option<String>,
-    temperature: Option<f64>,
+    url: Option<Spanned<String>>,
+    model: Option<Spanned<String>>,
+    api_key_env: Option<Spanned<String>>,
+    temperature: Option<Spanned<f64>>,
     // command
     command: Option<Spanned<Vec<String>>>,
     timeout: Option<Spanned<String>>,
@@ -137,6 +189,7 @@ pub fn parse_duration(text: &str) -> Result<u64, String> {
     if t.is_empty() {
         return Err("empty duration".into());
     }
+    let too_long = || format!("duration too long: at most {}d", MAX_DURATION_S / 86_400);
     let mut total: u64 = 0;
     let mut digits = String::new();
     let mut saw_unit = false;
@@ -152,10 +205,16 @@ pub fn parse_duration(text: &str) -> Result<u64, String> {
             's' => 1,
             _ => return Err(format!("unknown unit `{ch}`")),
         };
-        let n: u64 = digits
-            .parse()
-            .map_err(|_| "a number must come before each unit".to_string())?;
-        total = total.saturating_add(n.saturating_mul(unit));
+        if digits.is_empty() {
+            return Err("a number must come before each unit".into());
+        }
+        // All digits, so a parse failure can only be overflow.
+        let n: u64 = digits.parse().map_err(|_| too_long())?;
+        total = n
+            .checked_mul(unit)
+            .and_then(|s| total.checked_add(s))
+            .filter(|&s| s <= MAX_DURATION_S)
+            .ok_or_else(too_long)?;
         digits.clear();
         saw_unit = true;
     }
@@ -168,16 +227,174 @@ pub fn parse_duration(text: &str) -> Result<u64, String> {
     Ok(total)
 }
 
+/// The seeds a goal file names, as written (empty when it names none or does not parse):
+/// what `kernelctl` reads and sends, so it needs no TOML code of its own.
+pub fn seed_refs(text: &str) -> Vec<String> {
+    #[derive(Deserialize)]
+    struct Seeds {
+        seed: Option<OneOrMany>,
+    }
+    match toml::from_str::<Seeds>(text).ok().and_then(|s| s.seed) {
+        Some(OneOrMany::One(one)) => vec![one],
+        Some(OneOrMany::Many(many)) => many,
+        None => Vec::new(),
+    }
+}
+
+/// For the client, with the user's own rights: the seeds the goal file at `goal_file`
+/// names that exist next to it (or at their absolute path) and are readable, keyed by
+/// the seed as written. Seeds found nowhere are left to the daemon (the task's own
+/// seeds); a seed too large or not text is an error naming the file.
+pub fn local_seed_files(goal_file: &Path, text: &str) -> Result<BTreeMap<String, String>, String> {
+    let goal_dir = goal_file.parent().unwrap_or(Path::new("."));
+    let mut files = BTreeMap::new();
+    for seed in seed_refs(text) {
+        let path = goal_dir.join(&seed);
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        if meta.len() > MAX_SEED_BYTES {
+            return Err(format!(
+                "seed {} is {} bytes; a seed may be at most {MAX_SEED_BYTES} bytes",
+                path.display(),
+                meta.len()
+            ));
+        }
+        match std::fs::read_to_string(&path) {
+            Ok(source) => {
+                files.insert(seed, source);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                return Err(format!("seed {} is not UTF-8 text", path.display()))
+            }
+            // Unreadable for this user: the daemon says where it looked.
+            Err(_) => {}
+        }
+    }
+    Ok(files)
+}
+
+/// A seed inside the task's directory (or its seeds/ folder). Only plain relative names
+/// are looked up, so a seed can never name a file outside the installed task.
+fn task_seed_file(task_dir: &Path, seed: &str) -> Option<PathBuf> {
+    let rel = Path::new(seed);
+    let inside = !seed.is_empty()
+        && rel
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    if !inside {
+        return None;
+    }
+    [task_dir.join(rel), task_dir.join("seeds").join(rel)]
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
+/// The key a value at `offset` belongs to, with its table (`budget.iterations`), read
+/// from the text: serde's type errors name the type, not the key.
+fn key_at(text: &str, offset: usize) -> Option<(String, String)> {
+    let offset = offset.min(text.len());
+    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let line = &text[line_start..];
+    let line = &line[..line.find('\n').unwrap_or(line.len())];
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim().trim_matches('"');
+    if key.is_empty()
+        || !key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        return None;
+    }
+    let table = text[..line_start].lines().rev().find_map(|l| {
+        let l = l.trim();
+        l.strip_prefix('[')
+            .and_then(|l| l.split_once(']'))
+            .map(|(t, _)| t.trim().trim_matches(['[', ']']).to_string())
+    });
+    let full = match table {
+        Some(t) if !t.is_empty() => format!("{t}.{key}"),
+        _ => key.to_string(),
+    };
+    Some((full, key.to_string()))
+}
+
+/// Plain words for the TOML and serde errors a person meets most.
+fn explain_toml_error(text: &str, span: &Range<usize>, message: &str) -> String {
+    const SEE: &str = "(see SPEC section 4 for the goal file format)";
+    if message.contains("untagged enum OneOrMany") {
+        return "`seed` must be a file name or a list of file names: write seed = \"splitkv.py\" \
+                or seed = [\"a.py\", \"b.py\"]"
+            .into();
+    }
+    let Some(rest) = message.strip_prefix("invalid type: ") else {
+        return format!("{message} {SEE}");
+    };
+    let Some((found, expected)) = rest.split_once(", expected ") else {
+        return format!("{message} {SEE}");
+    };
+    let want = match expected {
+        "i64" | "u64" | "i32" | "u32" | "an integer" => "an integer",
+        "f64" | "f32" | "a float" => "a number",
+        "a string" => "a string (in quotes)",
+        "a sequence" => "a list",
+        e if e.starts_with("struct") || e.contains("map") => "a table",
+        _ => return format!("{message} {SEE}"),
+    };
+    let quoted = found.strip_prefix("string ").map(|q| q.trim_matches('"'));
+    let got = if quoted.is_some() {
+        "a string"
+    } else if found.starts_with("integer") {
+        "an integer"
+    } else if found.starts_with("floating point") {
+        "a decimal number"
+    } else if found.starts_with("boolean") {
+        "true/false"
+    } else if found.starts_with("sequence") {
+        "a list"
+    } else if found.starts_with("map") {
+        "a table"
+    } else {
+        found
+    };
+    let Some((full, key)) = key_at(text, span.start) else {
+        return format!("this value must be {want}, not {got} {SEE}");
+    };
+    let value_text = text.get(span.clone()).unwrap_or("").trim();
+    let fix = match (want, quoted) {
+        ("an integer", Some(q)) if q.trim().parse::<i64>().is_ok() => {
+            format!(": write {key} = {}", q.trim())
+        }
+        ("a number", Some(q)) if q.trim().parse::<f64>().is_ok() => {
+            format!(": write {key} = {}", q.trim())
+        }
+        ("a number", None) if got == "an integer" => format!(": write {key} = {value_text}.0"),
+        ("a string (in quotes)", None) if !value_text.is_empty() && got != "a list" => {
+            format!(": write {key} = \"{value_text}\"")
+        }
+        _ => String::new(),
+    };
+    format!("`{full}` must be {want}, not {got}{fix}")
+}
+
 /// Parses and validates a goal file. `path` is used in messages and to resolve a
-/// relative task or seed path; `kernels_dir` is where task names are looked up.
-pub fn parse(path: &str, text: &str, kernels_dir: &Path) -> Result<GoalSpec, GoalError> {
+/// relative task path; `kernels_dir` is where task names are looked up; `requester`
+/// says what this requester may name and carries the seed files its client sent.
+pub fn parse(
+    path: &str,
+    text: &str,
+    kernels_dir: &Path,
+    requester: &Requester,
+) -> Result<GoalSpec, GoalError> {
     let cx = Ctx { file: path, text };
     let raw: RawGoal = toml::from_str(text).map_err(|e| {
         let span = e.span().unwrap_or(0..0);
-        let message = e.message().trim().to_string();
         cx.err(
-            span,
-            format!("{message} (see SPEC section 4 for the goal file format)"),
+            span.clone(),
+            explain_toml_error(text, &span, e.message().trim()),
         )
     })?;
 
@@ -192,9 +409,24 @@ pub fn parse(path: &str, text: &str, kernels_dir: &Path) -> Result<GoalSpec, Goa
             "`name` must be non-empty and use only letters, digits, '-', '_' and '.'",
         ));
     }
+    if name == "." || name == ".." {
+        return Err(cx.err(
+            raw.name.span(),
+            format!("`name` cannot be `{name}`: choose a word, e.g. name = \"mla-splitkv\""),
+        ));
+    }
+    if looks_like_id(&name) {
+        return Err(cx.err(
+            raw.name.span(),
+            format!(
+                "`name` cannot be `{name}`: names of the form g<number> are goal ids, and every \
+                 command takes an id or a name; choose another, e.g. name = \"{name}-goal\""
+            ),
+        ));
+    }
 
     let goal_dir = Path::new(path).parent().unwrap_or(Path::new("."));
-    let task = Task::resolve(raw.task.get_ref(), goal_dir, kernels_dir)
+    let task = Task::resolve(raw.task.get_ref(), goal_dir, kernels_dir, requester.trusted)
         .map_err(|m| cx.err(raw.task.span(), m))?;
 
     let objective = match &raw.objective {
@@ -237,7 +469,13 @@ pub fn parse(path: &str, text: &str, kernels_dir: &Path) -> Result<GoalSpec, Goa
             if s.get_ref().is_empty() {
                 return Err(cx.err(s.span(), "`shapes` must name at least one shape"));
             }
-            for shape in s.get_ref() {
+            for (i, shape) in s.get_ref().iter().enumerate() {
+                if s.get_ref()[..i].contains(shape) {
+                    return Err(cx.err(
+                        s.span(),
+                        format!("shape `{shape}` is listed twice in `shapes`: list each once"),
+                    ));
+                }
                 if !task.manifest.shapes.contains_key(shape) {
                     let known: Vec<&str> = task.shape_names().map(String::as_str).collect();
                     return Err(cx.err(
@@ -278,26 +516,41 @@ pub fn parse(path: &str, text: &str, kernels_dir: &Path) -> Result<GoalSpec, Goa
     }
     let mut seeds = Vec::new();
     for seed in &seed_names {
-        let found = [
-            task.dir.join(seed),
-            task.dir.join("seeds").join(seed),
-            goal_dir.join(seed),
-        ]
-        .into_iter()
-        .find(|p| p.is_file());
-        let Some(file) = found else {
-            return Err(cx.err(
-                seed_span.clone(),
-                format!("seed `{seed}` not found in {} (or its seeds/ folder) nor next to the goal file", task.dir.display()),
-            ));
+        let from_task = task_seed_file(&task.dir, seed);
+        let source = match (&from_task, requester.files.get(seed)) {
+            (Some(file), _) => std::fs::read_to_string(file).map_err(|e| {
+                cx.err(
+                    seed_span.clone(),
+                    format!("cannot read seed {}: {e}", file.display()),
+                )
+            })?,
+            (None, Some(sent)) => {
+                if sent.len() as u64 > MAX_SEED_BYTES {
+                    return Err(cx.err(
+                        seed_span.clone(),
+                        format!(
+                            "seed `{seed}` is {} bytes; a seed may be at most {MAX_SEED_BYTES} bytes",
+                            sent.len()
+                        ),
+                    ));
+                }
+                sent.clone()
+            }
+            (None, None) => {
+                return Err(cx.err(
+                    seed_span.clone(),
+                    format!(
+                        "seed `{seed}` not found: it is not in the task's directory {} (or its \
+                         seeds/ folder), and kernelctl sent no readable file {}; put the seed \
+                         next to the goal file where you can read it, or name one of the \
+                         task's seeds",
+                        task.dir.display(),
+                        goal_dir.join(seed).display()
+                    ),
+                ));
+            }
         };
-        let source = std::fs::read_to_string(&file).map_err(|e| {
-            cx.err(
-                seed_span.clone(),
-                format!("cannot read seed {}: {e}", file.display()),
-            )
-        })?;
-        let name = file
+        let name = Path::new(seed)
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| seed.clone());
@@ -347,7 +600,7 @@ pub fn parse(path: &str, text: &str, kernels_dir: &Path) -> Result<GoalSpec, Goa
         stop.plateau = Some(*p.get_ref() as u64);
     }
 
-    let agent = parse_agent(&cx, raw.agent)?;
+    let agent = parse_agent(&cx, raw.agent, requester)?;
 
     let gpus = match &raw.resources.gpus {
         None => 1,
@@ -380,7 +633,58 @@ pub fn parse(path: &str, text: &str, kernels_dir: &Path) -> Result<GoalSpec, Goa
     })
 }
 
-fn parse_agent(cx: &Ctx<'_>, raw: Option<RawAgent>) -> Result<AgentSpec, GoalError> {
+/// True for `g` followed by digits only: the form of goal ids.
+fn looks_like_id(name: &str) -> bool {
+    name.strip_prefix('g')
+        .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+}
+
+/// Checks an llm endpoint: http or https, a host, an optional numeric port.
+fn check_http_url(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or("it must start with http:// or https://")?;
+    if url.chars().any(char::is_whitespace) {
+        return Err("it must not contain spaces".into());
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        return Err(
+            "it must not hold a user or password: kerneld sends the key from the \
+                    environment variable named by `api_key_env`"
+                .into(),
+        );
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (host, after) = v6.split_once(']').ok_or("its IPv6 address lacks a `]`")?;
+        (host, after.strip_prefix(':'))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty()
+        || !host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':'))
+    {
+        return Err("it needs a host name or address after the scheme".into());
+    }
+    if let Some(p) = port {
+        if p.parse::<u16>().map_or(true, |p| p == 0) {
+            return Err(format!("`{p}` is not a port number (1-65535)"));
+        }
+    }
+    Ok(())
+}
+
+fn parse_agent(
+    cx: &Ctx<'_>,
+    raw: Option<RawAgent>,
+    requester: &Requester,
+) -> Result<AgentSpec, GoalError> {
     let Some(raw) = raw else {
         return Ok(AgentSpec {
             kind: "search".into(),
@@ -406,6 +710,35 @@ fn parse_agent(cx: &Ctx<'_>, raw: Option<RawAgent>) -> Result<AgentSpec, GoalErr
             ),
         ));
     }
+    let allowed = match kind {
+        "llm" => LLM_KEYS,
+        "command" => COMMAND_KEYS,
+        _ => SEARCH_KEYS,
+    };
+    let present = [
+        ("url", raw.url.as_ref().map(Spanned::span)),
+        ("model", raw.model.as_ref().map(Spanned::span)),
+        ("api_key_env", raw.api_key_env.as_ref().map(Spanned::span)),
+        ("temperature", raw.temperature.as_ref().map(Spanned::span)),
+        ("command", raw.command.as_ref().map(Spanned::span)),
+        ("timeout", raw.timeout.as_ref().map(Spanned::span)),
+        (
+            "context_bytes",
+            raw.context_bytes.as_ref().map(Spanned::span),
+        ),
+    ];
+    if let Some((key, span)) = present
+        .into_iter()
+        .find_map(|(k, span)| span.filter(|_| !allowed.contains(&k)).map(|s| (k, s)))
+    {
+        return Err(cx.err(
+            span,
+            format!(
+                "`agent.{key}` does not apply to agent kind `{kind}`; its keys are: {}",
+                allowed.join(", ")
+            ),
+        ));
+    }
     let mut settings = serde_json::Map::new();
     match kind {
         "llm" => {
@@ -415,16 +748,58 @@ fn parse_agent(cx: &Ctx<'_>, raw: Option<RawAgent>) -> Result<AgentSpec, GoalErr
                     "agent kind `llm` needs `url` (an OpenAI-compatible endpoint)",
                 ));
             };
-            settings.insert("url".into(), url.into());
-            settings.insert("model".into(), raw.model.unwrap_or_default().into());
-            settings.insert(
-                "api_key_env".into(),
-                raw.api_key_env
-                    .unwrap_or_else(|| "OPENAI_API_KEY".into())
-                    .into(),
-            );
+            check_http_url(url.get_ref()).map_err(|m| {
+                cx.err(
+                    url.span(),
+                    format!(
+                        "`agent.url` = \"{}\" is not a usable URL: {m}; write e.g. \
+                         url = \"http://127.0.0.1:8000/v1\"",
+                        url.get_ref()
+                    ),
+                )
+            })?;
+            let model = match raw.model {
+                Some(m) if !m.get_ref().trim().is_empty() => m.get_ref().trim().to_string(),
+                Some(m) => return Err(cx.err(m.span(), "`agent.model` must not be empty")),
+                None => {
+                    return Err(cx.err(
+                        raw.kind.span(),
+                        "agent kind `llm` needs `model` (the model name the endpoint serves, \
+                         e.g. model = \"gpt-4o\")",
+                    ))
+                }
+            };
+            let api_key_env = match raw.api_key_env {
+                None => "OPENAI_API_KEY".to_string(),
+                Some(v) => {
+                    let name = v.get_ref();
+                    if name.is_empty()
+                        || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    {
+                        return Err(cx.err(
+                            v.span(),
+                            "`agent.api_key_env` must be an environment variable name \
+                             (letters, digits and '_'), e.g. \"OPENAI_API_KEY\"",
+                        ));
+                    }
+                    name.clone()
+                }
+            };
+            settings.insert("url".into(), url.get_ref().clone().into());
+            settings.insert("model".into(), model.into());
+            settings.insert("api_key_env".into(), api_key_env.into());
             if let Some(t) = raw.temperature {
-                settings.insert("temperature".into(), t.into());
+                if !TEMPERATURE.contains(t.get_ref()) {
+                    return Err(cx.err(
+                        t.span(),
+                        format!(
+                            "`agent.temperature` must be between {} and {}",
+                            TEMPERATURE.start(),
+                            TEMPERATURE.end()
+                        ),
+                    ));
+                }
+                settings.insert("temperature".into(), (*t.get_ref()).into());
             }
         }
         "command" => {
@@ -434,8 +809,17 @@ fn parse_agent(cx: &Ctx<'_>, raw: Option<RawAgent>) -> Result<AgentSpec, GoalErr
                     "agent kind `command` needs `command` (a list: program and arguments)",
                 ));
             };
-            if cmd.get_ref().is_empty() {
+            if cmd.get_ref().is_empty() || cmd.get_ref()[0].trim().is_empty() {
                 return Err(cx.err(cmd.span(), "`agent.command` must name a program"));
+            }
+            if !requester.may_run_commands {
+                return Err(cx.err(
+                    raw.kind.span(),
+                    "agent kind `command` refused: kerneld does not run as root here, so the \
+                     program would run as kerneld's own user, which only root, that user or \
+                     kerneld's admin group may ask for; use kind = \"search\" or \"llm\", or \
+                     have an administrator enqueue the goal",
+                ));
             }
             settings.insert("command".into(), serde_json::json!(cmd.get_ref()));
         }
@@ -447,8 +831,15 @@ fn parse_agent(cx: &Ctx<'_>, raw: Option<RawAgent>) -> Result<AgentSpec, GoalErr
         settings.insert("timeout_s".into(), secs.into());
     }
     if let Some(c) = raw.context_bytes {
-        if *c.get_ref() < 1024 {
-            return Err(cx.err(c.span(), "`agent.context_bytes` must be at least 1024"));
+        if !CONTEXT_BYTES.contains(c.get_ref()) {
+            return Err(cx.err(
+                c.span(),
+                format!(
+                    "`agent.context_bytes` must be between {} (1 KiB) and {} (1 MiB)",
+                    CONTEXT_BYTES.start(),
+                    CONTEXT_BYTES.end()
+                ),
+            ));
         }
         settings.insert("context_bytes".into(), (*c.get_ref()).into());
     }
@@ -496,7 +887,12 @@ mod tests {
 
     fn parse_in(dir: &tempfile_dir::Dir, text: &str) -> Result<GoalSpec, GoalError> {
         let path = dir.0.join("goal.toml");
-        parse(&path.display().to_string(), text, &dir.0)
+        parse(
+            &path.display().to_string(),
+            text,
+            &dir.0,
+            &Requester::trusted(local_seed_files(&path, text).unwrap()),
+        )
     }
 
     #[test]
@@ -596,5 +992,226 @@ mod tests {
         assert!(e.message.contains("search, llm, command"), "{e}");
         let g = parse_in(&d, "name = \"g\"\ntask = \"demo\"\n[agent]\nkind = \"llm\"\nurl = \"http://127.0.0.1:8000/v1\"\nmodel = \"m\"\n").unwrap();
         assert_eq!(g.agent.settings["api_key_env"], "OPENAI_API_KEY");
+    }
+
+    fn parse_as(
+        dir: &tempfile_dir::Dir,
+        text: &str,
+        requester: &Requester,
+    ) -> Result<GoalSpec, GoalError> {
+        let path = dir.0.join("goal.toml");
+        parse(&path.display().to_string(), text, &dir.0, requester)
+    }
+
+    fn untrusted(files: &[(&str, &str)]) -> Requester {
+        Requester {
+            trusted: false,
+            may_run_commands: false,
+            files: files
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn seeds_outside_the_task_come_only_from_the_client() {
+        let d = task_fixture();
+        // An absolute path is never read by the daemon, whoever asks.
+        for who in [untrusted(&[]), Requester::trusted(Default::default())] {
+            let e = parse_as(
+                &d,
+                "name = \"g\"\ntask = \"demo\"\nseed = \"/etc/hostname\"\n",
+                &who,
+            )
+            .unwrap_err();
+            assert_eq!(e.line, 3, "{e}");
+            assert!(
+                e.message.contains("not in the task's directory")
+                    && e.message.contains("kernelctl sent no readable file"),
+                "{e}"
+            );
+        }
+        // Nor a relative path leaving the task directory.
+        std::fs::write(d.0.join("outside.py"), "SPACE = {}\n").unwrap();
+        let e = parse_as(
+            &d,
+            "name = \"g\"\ntask = \"demo\"\nseed = \"../outside.py\"\n",
+            &untrusted(&[]),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("not found"), "{e}");
+        // What the client sent is used, under the seed's file name.
+        let g = parse_as(
+            &d,
+            "name = \"g\"\ntask = \"demo\"\nseed = [\"mine.py\", \"tiled.py\"]\n",
+            &untrusted(&[("mine.py", "SPACE = {'A': [1]}\n")]),
+        )
+        .unwrap();
+        assert_eq!(g.seeds[0].name, "mine.py");
+        assert_eq!(g.seeds[0].source, "SPACE = {'A': [1]}\n");
+        assert_eq!(g.seeds[1].name, "tiled.py");
+    }
+
+    #[test]
+    fn client_reads_seeds_next_to_the_goal_file() {
+        let d = task_fixture();
+        std::fs::write(d.0.join("mine.py"), "SPACE = {}\n").unwrap();
+        let text = "name = \"g\"\ntask = \"demo\"\nseed = [\"mine.py\", \"tiled.py\"]\n";
+        assert_eq!(seed_refs(text), vec!["mine.py", "tiled.py"]);
+        assert_eq!(seed_refs("seed = \"a.py\"\n"), vec!["a.py"]);
+        assert!(seed_refs("name = \"g\"\n").is_empty());
+        let files = local_seed_files(&d.0.join("goal.toml"), text).unwrap();
+        assert_eq!(files.keys().collect::<Vec<_>>(), vec!["mine.py"]);
+    }
+
+    #[test]
+    fn task_paths_only_from_trusted_requesters() {
+        let d = task_fixture();
+        let abs = format!("name = \"g\"\ntask = \"{}\"\n", d.0.join("demo").display());
+        let e = parse_as(&d, &abs, &untrusted(&[])).unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        assert!(
+            e.message.contains("refused")
+                && e.message.contains("kernels directory")
+                && e.message.contains("installed task (demo)"),
+            "{e}"
+        );
+        let e = parse_as(&d, "name = \"g\"\ntask = \"../x/demo\"\n", &untrusted(&[])).unwrap_err();
+        assert!(e.message.contains("refused"), "{e}");
+        assert!(parse_as(&d, &abs, &Requester::trusted(Default::default())).is_ok());
+        // An installed task by name is fine for anyone.
+        assert!(parse_as(&d, "name = \"g\"\ntask = \"demo\"\n", &untrusted(&[])).is_ok());
+    }
+
+    #[test]
+    fn command_agent_needs_permission() {
+        let d = task_fixture();
+        let text =
+            "name = \"g\"\ntask = \"demo\"\n[agent]\nkind = \"command\"\ncommand = [\"true\"]\n";
+        let e = parse_as(&d, text, &untrusted(&[])).unwrap_err();
+        assert!(e.message.contains("agent kind `command` refused"), "{e}");
+        let root_daemon = Requester {
+            may_run_commands: true,
+            ..untrusted(&[])
+        };
+        assert!(parse_as(&d, text, &root_daemon).is_ok());
+    }
+
+    #[test]
+    fn names_that_look_like_ids_are_refused() {
+        let d = task_fixture();
+        for name in ["g1", "g0042", ".", ".."] {
+            let e = parse_in(&d, &format!("name = \"{name}\"\ntask = \"demo\"\n")).unwrap_err();
+            assert_eq!(e.line, 1, "{e}");
+            assert!(e.message.contains("cannot be"), "{e}");
+        }
+        assert!(e_ok(&d, "g"));
+        assert!(e_ok(&d, "g1x"));
+        assert!(e_ok(&d, "goal1"));
+    }
+
+    fn e_ok(d: &tempfile_dir::Dir, name: &str) -> bool {
+        parse_in(d, &format!("name = \"{name}\"\ntask = \"demo\"\n")).is_ok()
+    }
+
+    #[test]
+    fn agent_keys_and_values_are_checked() {
+        let d = task_fixture();
+        let agent = |body: &str| {
+            parse_in(
+                &d,
+                &format!("name = \"g\"\ntask = \"demo\"\n[agent]\n{body}\n"),
+            )
+        };
+        let e = agent("kind = \"search\"\nurl = \"http://x\"\ncommand = [\"a\"]").unwrap_err();
+        assert_eq!(e.line, 5, "{e}");
+        assert!(
+            e.message
+                .contains("`agent.url` does not apply to agent kind `search`")
+                && e.message.contains("kind, context_bytes"),
+            "{e}"
+        );
+        let e = agent("kind = \"command\"\ncommand = [\"a\"]\nmodel = \"m\"").unwrap_err();
+        assert!(e.message.contains("`agent.model` does not apply"), "{e}");
+        let llm = "kind = \"llm\"\nmodel = \"m\"\n";
+        for bad in [
+            "not a url",
+            "ftp://h/v1",
+            "http://",
+            "http://h:99999/v1",
+            "http://u:p@h/",
+        ] {
+            let e = agent(&format!("{llm}url = \"{bad}\"")).unwrap_err();
+            assert_eq!(e.line, 6, "{bad}: {e}");
+            assert!(e.message.contains("not a usable URL"), "{bad}: {e}");
+        }
+        for good in [
+            "http://127.0.0.1:8000/v1",
+            "https://api.example.com/v1/chat/completions",
+            "http://[::1]:8080",
+        ] {
+            agent(&format!("{llm}url = \"{good}\"")).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+        let e = agent("kind = \"llm\"\nurl = \"http://h/v1\"").unwrap_err();
+        assert!(e.message.contains("needs `model`"), "{e}");
+        let e = agent(&format!("{llm}url = \"http://h\"\ntemperature = -5.0")).unwrap_err();
+        assert!(e.message.contains("between 0 and 2"), "{e}");
+        let e = agent("kind = \"search\"\ncontext_bytes = 999999999999").unwrap_err();
+        assert!(
+            e.message
+                .contains("between 1024 (1 KiB) and 1048576 (1 MiB)"),
+            "{e}"
+        );
+        assert!(agent("kind = \"search\"\ncontext_bytes = 16384").is_ok());
+    }
+
+    #[test]
+    fn duplicate_shapes_are_refused() {
+        let d = task_fixture();
+        let e = parse_in(
+            &d,
+            "name = \"g\"\ntask = \"demo\"\nshapes = [\"m64\", \"m64\"]\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("`m64` is listed twice"), "{e}");
+    }
+
+    #[test]
+    fn type_errors_are_in_plain_words() {
+        let d = task_fixture();
+        let e = parse_in(
+            &d,
+            "name = \"g\"\ntask = \"demo\"\n[budget]\niterations = \"1000\"\n",
+        )
+        .unwrap_err();
+        assert_eq!((e.line, e.column), (4, 14), "{e}");
+        assert_eq!(
+            e.message,
+            "`budget.iterations` must be an integer, not a string: write iterations = 1000"
+        );
+        let e = parse_in(&d, "name = \"g\"\ntask = \"demo\"\nseed = 5\n").unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
+        assert!(
+            e.message
+                .starts_with("`seed` must be a file name or a list of file names"),
+            "{e}"
+        );
+        let e = parse_in(&d, "name = 7\ntask = \"demo\"\n").unwrap_err();
+        assert!(
+            e.message.contains(
+                "`name` must be a string (in quotes), not an integer: write name = \"7\""
+            ),
+            "{e}"
+        );
+        let e = parse_in(
+            &d,
+            "name = \"g\"\ntask = \"demo\"\n[budget]\nwall = \"99999999999999999999h\"\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.message.contains("duration too long"), "{e}");
+        assert!(parse_duration("3651d").unwrap_err().contains("too long"));
+        assert_eq!(parse_duration("3650d"), Ok(MAX_DURATION_S));
     }
 }

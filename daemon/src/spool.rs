@@ -150,6 +150,8 @@ impl Spool {
                     path: path.display().to_string(),
                     source,
                     unique: true,
+                    // Seeds come from the task only: the daemon reads no user-named file.
+                    files: Default::default(),
                 };
                 match engine.enqueue(params, owner).await {
                     Ok(r) if r.created => {

@@ -3,7 +3,7 @@
 //! Format: docs/HARNESS.md section 1.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -54,11 +54,38 @@ impl Task {
         Ok(Task { dir, manifest })
     }
 
-    /// Finds a task by what a goal file says: an absolute path, a path relative to
-    /// the goal file's directory, or the name of a directory under the daemon's
-    /// kernels directory. Returns every place it looked when none has a `task.toml`.
-    pub fn resolve(name: &str, goal_dir: &Path, kernels_dir: &Path) -> Result<Task, String> {
+    /// Finds a task by what a goal file says: the name of a directory under the daemon's
+    /// kernels directory, or (only for a `trusted` requester: the task's Python runs as
+    /// kerneld's user) an absolute path or a path relative to the goal file's directory.
+    /// The error says every place it looked, or why a path was refused and what to do.
+    pub fn resolve(
+        name: &str,
+        goal_dir: &Path,
+        kernels_dir: &Path,
+        trusted: bool,
+    ) -> Result<Task, String> {
         let raw = Path::new(name);
+        let plain_name = !name.is_empty()
+            && raw
+                .components()
+                .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+        if !trusted {
+            let installed = kernels_dir.join(raw);
+            if plain_name && installed.join("task.toml").is_file() {
+                return Task::load(&installed);
+            }
+            // Nothing outside the kernels directory is looked at on behalf of this user.
+            return Err(format!(
+                "task `{name}` refused: it is not a task installed under the kernels directory \
+                 ({}), and a task given by path is accepted only from root, kerneld's own user \
+                 or its admin group, because kerneld runs the task's Python as its own user; \
+                 name an installed task ({}), install this one under {} (ask an administrator), \
+                 or have an administrator enqueue the goal",
+                kernels_dir.display(),
+                installed_tasks(kernels_dir),
+                kernels_dir.display()
+            ));
+        }
         let candidates: Vec<PathBuf> = if raw.is_absolute() {
             vec![raw.to_path_buf()]
         } else {
@@ -80,5 +107,23 @@ impl Task {
 
     pub fn shape_names(&self) -> impl Iterator<Item = &String> {
         self.manifest.shapes.keys()
+    }
+}
+
+/// The names of the tasks installed under `kernels_dir` (directories with a task.toml),
+/// for messages.
+pub fn installed_tasks(kernels_dir: &Path) -> String {
+    let mut names: Vec<String> = std::fs::read_dir(kernels_dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("task.toml").is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    if names.is_empty() {
+        "none is installed".into()
+    } else {
+        names.join(", ")
     }
 }

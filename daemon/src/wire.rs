@@ -152,17 +152,22 @@ pub struct EnqueueParams {
     pub path: String,
     /// The goal file's text: the daemon parses it, so the client needs no TOML of its own.
     pub source: String,
-    /// With `unique`, a goal of the same name that is queued, running or paused is
-    /// returned instead of a new one (idempotent cron jobs).
+    /// With `unique`, a goal of the same name and the same owner that is queued,
+    /// running or paused is returned instead of a new one (idempotent cron jobs).
     #[serde(default)]
     pub unique: bool,
+    /// Seed files the client read with the user's own rights (seed as written in the
+    /// goal file -> text): the daemon reads no user-named file outside the installed
+    /// tasks. A seed found in the task's directory is taken from there instead.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub files: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EnqueueResult {
     pub id: String,
     pub name: String,
-    /// False when `unique` found an existing active goal of that name.
+    /// False when `unique` found an existing active goal of that name and owner.
     pub created: bool,
 }
 

@@ -401,8 +401,14 @@ fn every_shipped_goal_file_parses() {
     assert!(files.len() >= 4, "{files:?}");
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
-        let spec = kerneld::goal::parse(f.to_str().unwrap(), &text, &root.join("kernels"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let files = kerneld::goal::local_seed_files(&f, &text).unwrap();
+        let spec = kerneld::goal::parse(
+            f.to_str().unwrap(),
+            &text,
+            &root.join("kernels"),
+            &kerneld::goal::Requester::trusted(files),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         assert!(!spec.seeds.is_empty());
     }
 }
