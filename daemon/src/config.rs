@@ -33,6 +33,9 @@ pub struct Config {
     pub spool_dir: Option<PathBuf>,
     /// Members of this group (besides root and the owner) may change any goal.
     pub admin_group: Option<String>,
+    /// API keys in kerneld's environment that any user's `llm` goal may use, each pinned to
+    /// the URL prefix it may be sent to (env var -> prefix). Trusted users may use any.
+    pub llm_keys: std::collections::BTreeMap<String, String>,
     /// An evaluation that started this many times without a result is quarantined.
     pub max_attempts: u32,
     /// Where the config was read from, for SIGHUP reloads.
@@ -54,6 +57,7 @@ struct RawConfig {
     worker_max_address_space_cpu_gib: Option<u64>,
     spool_dir: Option<PathBuf>,
     admin_group: Option<String>,
+    llm_keys: Option<std::collections::BTreeMap<String, String>>,
     max_attempts: Option<u32>,
 }
 
@@ -75,6 +79,7 @@ impl Config {
             worker_max_address_space_cpu: 32 << 30,
             spool_dir: None,
             admin_group: None,
+            llm_keys: Default::default(),
             max_attempts: 3,
             config_file: None,
         }
@@ -134,6 +139,9 @@ impl Config {
         }
         if raw.admin_group.is_some() {
             self.admin_group = raw.admin_group;
+        }
+        if let Some(v) = raw.llm_keys {
+            self.llm_keys = v;
         }
         if let Some(v) = raw.max_attempts {
             self.max_attempts = v.max(1);

@@ -280,6 +280,7 @@ impl Engine {
             worker_max_files,
             worker_max_address_space_cpu,
             admin_group,
+            llm_keys,
             max_attempts
         );
         macro_rules! restart_only {
@@ -1617,6 +1618,7 @@ impl Engine {
             // A root daemon runs a command agent as the goal's owner (agent::command).
             may_run_commands: trusted || nix::unistd::geteuid().is_root(),
             files: params.files,
+            llm_keys: self.config().llm_keys.clone(),
         };
         let (path, source) = (params.path, params.source);
         let spec = tokio::task::spawn_blocking(move || {

@@ -60,6 +60,10 @@ pub struct Requester {
     pub may_run_commands: bool,
     /// Seed files read by the client with the user's rights: seed as written -> text.
     pub files: BTreeMap<String, String>,
+    /// For an untrusted requester: the API keys in kerneld's environment it may have an
+    /// `llm` agent send, each only to URLs under its prefix (the admin's `llm_keys`).
+    /// Otherwise anyone could have kerneld send its keys to a server of their choosing.
+    pub llm_keys: BTreeMap<String, String>,
 }
 
 impl Requester {
@@ -69,6 +73,7 @@ impl Requester {
             trusted: true,
             may_run_commands: true,
             files,
+            llm_keys: BTreeMap::new(),
         }
     }
 }
@@ -770,7 +775,46 @@ fn parse_agent(
                 }
             };
             let api_key_env = match raw.api_key_env {
+                None if !requester.trusted => {
+                    // No key named: send kerneld's default key only where the admin allows it.
+                    let allowed = requester
+                        .llm_keys
+                        .get("OPENAI_API_KEY")
+                        .is_some_and(|prefix| url.get_ref().starts_with(prefix.as_str()));
+                    if allowed {
+                        "OPENAI_API_KEY".to_string()
+                    } else {
+                        String::new()
+                    }
+                }
                 None => "OPENAI_API_KEY".to_string(),
+                Some(v) if !requester.trusted => {
+                    let name = v.get_ref();
+                    match requester.llm_keys.get(name) {
+                        Some(prefix) if url.get_ref().starts_with(prefix.as_str()) => name.clone(),
+                        Some(prefix) => {
+                            return Err(cx.err(
+                                url.span(),
+                                format!(
+                                    "the key in `{name}` may only be sent to URLs under {prefix} \
+                                     (kerneld.toml `llm_keys`); use that endpoint, or ask an \
+                                     administrator"
+                                ),
+                            ))
+                        }
+                        None => {
+                            return Err(cx.err(
+                                v.span(),
+                                format!(
+                                    "`{name}` is not a key kerneld lets every user send: an admin \
+                                     lists shared keys with the endpoint each may go to in \
+                                     kerneld.toml `llm_keys`; for an endpoint that needs no key, \
+                                     leave `api_key_env` out"
+                                ),
+                            ))
+                        }
+                    }
+                }
                 Some(v) => {
                     let name = v.get_ref();
                     if name.is_empty()
@@ -1011,6 +1055,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            llm_keys: BTreeMap::new(),
         }
     }
 
@@ -1096,6 +1141,60 @@ mod tests {
             ..untrusted(&[])
         };
         assert!(parse_as(&d, text, &root_daemon).is_ok());
+    }
+
+    #[test]
+    fn untrusted_llm_goals_send_only_keys_the_admin_shares_and_only_where_pinned() {
+        let d = task_fixture();
+        let goal = |url: &str, key: &str| {
+            format!(
+                "name = \"g\"\ntask = \"demo\"\n[agent]\nkind = \"llm\"\nurl = \"{url}\"\n\
+                 model = \"m\"\n{key}"
+            )
+        };
+        let key_of = |spec: GoalSpec| {
+            spec.agent.settings["api_key_env"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let mut who = untrusted(&[]);
+        // No sharing configured: a named key is refused, an unnamed one becomes no key.
+        let e = parse_as(
+            &d,
+            &goal("https://evil.example/v1", "api_key_env = \"AWS_SECRET\""),
+            &who,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("llm_keys"), "{e}");
+        let spec = parse_as(&d, &goal("https://evil.example/v1", ""), &who).unwrap();
+        assert_eq!(key_of(spec), "");
+        // Shared and pinned: only to its endpoint.
+        who.llm_keys
+            .insert("OPENAI_API_KEY".into(), "https://api.openai.com/".into());
+        let spec = parse_as(&d, &goal("https://api.openai.com/v1", ""), &who).unwrap();
+        assert_eq!(key_of(spec), "OPENAI_API_KEY");
+        let e = parse_as(
+            &d,
+            &goal(
+                "https://evil.example/v1",
+                "api_key_env = \"OPENAI_API_KEY\"",
+            ),
+            &who,
+        )
+        .unwrap_err();
+        assert!(
+            e.message
+                .contains("may only be sent to URLs under https://api.openai.com/"),
+            "{e}"
+        );
+        // Trusted requesters name any key.
+        let spec = parse_in(
+            &d,
+            &goal("https://evil.example/v1", "api_key_env = \"AWS_SECRET\""),
+        )
+        .unwrap();
+        assert_eq!(key_of(spec), "AWS_SECRET");
     }
 
     #[test]

@@ -165,7 +165,11 @@ impl Agent for LlmAgent {
         let mut req = agent
             .post(&self.endpoint)
             .set("Content-Type", "application/json");
-        if let Ok(key) = std::env::var(&self.api_key_env) {
+        // An empty name: no key (an untrusted goal without one the admin shares).
+        if let Some(key) = (!self.api_key_env.is_empty())
+            .then(|| std::env::var(&self.api_key_env).ok())
+            .flatten()
+        {
             req = req.set("Authorization", &format!("Bearer {key}"));
         }
         let reply = match req.send_json(body) {
