@@ -290,8 +290,20 @@ pub fn try_call(socket: &Path, method: &str, params: Value) -> std::io::Result<V
 
 /// Runs the real `kernelctl` against a socket.
 pub fn kernelctl(socket: &Path, args: &[&str]) -> Output {
-    Command::new(binary("kernelctl"))
-        .arg("--socket")
+    kernelctl_under(&[], socket, args)
+}
+
+/// Runs `kernelctl` under a wrapper command (e.g. `setpriv --reuid=...`); none: directly.
+pub fn kernelctl_under(wrapper: &[&str], socket: &Path, args: &[&str]) -> Output {
+    let mut cmd = match wrapper.split_first() {
+        None => Command::new(binary("kernelctl")),
+        Some((program, rest)) => {
+            let mut c = Command::new(program);
+            c.args(rest).arg(binary("kernelctl"));
+            c
+        }
+    };
+    cmd.arg("--socket")
         .arg(socket)
         .args(args)
         .env("NO_COLOR", "1")

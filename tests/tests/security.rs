@@ -5,7 +5,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use kerneld::wire::{self, EventKind, GoalState};
@@ -14,33 +14,24 @@ use serde_json::json;
 
 const NOBODY: &str = "65534";
 
-/// Runs `kernelctl` as uid/gid 65534 with no supplementary groups.
+/// `setpriv` as uid/gid 65534 with no supplementary groups, ready for a program.
+const AS_NOBODY: [&str; 4] = [
+    "setpriv",
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+];
+
+/// Runs `kernelctl` as uid/gid 65534.
 fn kernelctl_as_nobody(socket: &Path, args: &[&str]) -> Output {
-    Command::new("setpriv")
-        .args([
-            &format!("--reuid={NOBODY}"),
-            &format!("--regid={NOBODY}"),
-            "--clear-groups",
-        ])
-        .arg(binary("kernelctl"))
-        .arg("--socket")
-        .arg(socket)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run setpriv")
+    kernelctl_under(&AS_NOBODY, socket, args)
 }
 
 /// A test directory every user can read, or None (with the reason printed) when this
 /// machine cannot run a client as another user.
 fn setup(tag: &str) -> Option<TempDir> {
-    let probe = Command::new("setpriv")
-        .args([
-            &format!("--reuid={NOBODY}"),
-            &format!("--regid={NOBODY}"),
-            "--clear-groups",
-        ])
+    let probe = Command::new(AS_NOBODY[0])
+        .args(&AS_NOBODY[1..])
         .arg(binary("kernelctl"))
         .arg("--version")
         .output();
