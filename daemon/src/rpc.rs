@@ -143,7 +143,7 @@ pub async fn serve_with(
 /// Says why, without waiting (a fresh socket's buffer takes one short line), and closes.
 fn refuse(stream: &UnixStream, max: usize) {
     let err = RpcError::new(
-        code::INTERNAL_ERROR,
+        code::TOO_MANY_CONNECTIONS,
         format!(
             "kerneld has {max} connections open, its limit; close idle clients \
              (`kernelctl watch`, `events --follow`) and retry"

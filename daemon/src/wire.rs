@@ -123,6 +123,8 @@ pub mod code {
     pub const NO_BEST: i64 = -32005;
     /// The daemon is shutting down and accepts no new work.
     pub const SHUTTING_DOWN: i64 = -32006;
+    /// Too many connections are open; close idle clients and retry.
+    pub const TOO_MANY_CONNECTIONS: i64 = -32007;
 }
 
 /// Method names, shared by the server's dispatch and the client.

@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use kerneld::wire::EventKind;
+use kerneld::wire::{self, EventKind};
 use kerneld_e2e::*;
 use serde_json::{json, Value};
 
@@ -180,7 +180,7 @@ fn connections_beyond_the_cap_are_refused_with_a_reason() {
     }
     let (_s, mut r) = connect(&d);
     let v = read_json(&mut r);
-    assert_eq!(v["error"]["code"], -32603, "{v}");
+    assert_eq!(v["error"]["code"], wire::code::TOO_MANY_CONNECTIONS, "{v}");
     assert!(
         v["error"]["message"]
             .as_str()
