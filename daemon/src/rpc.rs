@@ -4,7 +4,8 @@
 //! `wire::MAX_LINE` get a -32600 answer and the connection is closed (the rest of the
 //! line cannot be told from the next request); so does a line not finished within
 //! `Limits::partial_line`. A line that is not UTF-8 gets -32700 and the connection goes
-//! on. At most `Limits::max_connections` are open at once. The caller's uid comes from
+//! on. At most `Limits::max_connections` are open at once, `Limits::max_per_user` per uid
+//! (root and kerneld's user excepted). The caller's uid comes from
 //! SO_PEERCRED and decides who may change a goal.
 
 use std::os::unix::fs::PermissionsExt;
@@ -60,6 +61,9 @@ pub async fn bind(path: &Path) -> anyhow::Result<UnixListener> {
 pub struct Limits {
     /// Connections open at once; one more is answered with an error and closed.
     pub max_connections: usize,
+    /// Connections one uid may hold (root and kerneld's own user excepted), so that one
+    /// user's idle clients cannot lock everyone else out.
+    pub max_per_user: usize,
     /// From a line's first byte to its newline. Idle connections (no partial line, e.g.
     /// `events --follow` or a client between requests) do not time out.
     pub partial_line: Duration,
@@ -71,6 +75,7 @@ impl Default for Limits {
     fn default() -> Limits {
         Limits {
             max_connections: 64,
+            max_per_user: 16,
             partial_line: Duration::from_secs(30),
             write: Duration::from_secs(30),
         }
@@ -85,6 +90,7 @@ impl Limits {
         let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
         if let Some(n) = env("KERNELD_RPC_MAX_CONNECTIONS").filter(|&n| n > 0) {
             limits.max_connections = n as usize;
+            limits.max_per_user = limits.max_per_user.min(limits.max_connections);
         }
         if let Some(ms) = env("KERNELD_RPC_LINE_TIMEOUT_MS").filter(|&ms| ms > 0) {
             limits.partial_line = Duration::from_millis(ms);
@@ -105,6 +111,8 @@ pub async fn serve_with(
     limits: Limits,
 ) {
     let open = Arc::new(Semaphore::new(limits.max_connections));
+    let per_user: Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>> = Arc::default();
+    let exempt = [0, nix::unistd::geteuid().as_raw()];
     let mut last_refusal_logged: Option<Instant> = None;
     loop {
         tokio::select! {
@@ -121,10 +129,16 @@ pub async fn serve_with(
                         }
                         continue;
                     };
+                    let uid = stream.peer_cred().map(|c| c.uid()).unwrap_or(u32::MAX);
+                    let Some(user_slot) = UserSlot::take(&per_user, uid, limits.max_per_user, &exempt) else {
+                        refuse_user(&stream, limits.max_per_user);
+                        continue;
+                    };
                     let engine = engine.clone();
                     let stop = stop.clone();
                     tokio::spawn(async move {
                         let _permit = permit;
+                        let _user_slot = user_slot;
                         if let Err(e) = connection(stream, engine, stop, limits).await {
                             tracing::debug!("connection ended: {e}");
                         }
@@ -140,15 +154,67 @@ pub async fn serve_with(
     }
 }
 
+/// One connection counted against its uid; the count drops with it.
+struct UserSlot {
+    counts: Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>>,
+    uid: u32,
+}
+
+impl UserSlot {
+    fn take(
+        counts: &Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>>,
+        uid: u32,
+        max: usize,
+        exempt: &[u32],
+    ) -> Option<UserSlot> {
+        let mut c = counts.lock().unwrap();
+        let n = c.entry(uid).or_default();
+        if *n >= max && !exempt.contains(&uid) {
+            return None;
+        }
+        *n += 1;
+        Some(UserSlot {
+            counts: counts.clone(),
+            uid,
+        })
+    }
+}
+
+impl Drop for UserSlot {
+    fn drop(&mut self) {
+        let mut c = self.counts.lock().unwrap();
+        if let Some(n) = c.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                c.remove(&self.uid);
+            }
+        }
+    }
+}
+
+fn refuse_user(stream: &UnixStream, max: usize) {
+    send_refusal(
+        stream,
+        format!(
+            "you have {max} connections to kerneld open, the limit per user; close idle \
+             clients (`kernelctl watch`, `events --follow`) and retry"
+        ),
+    );
+}
+
 /// Says why, without waiting (a fresh socket's buffer takes one short line), and closes.
 fn refuse(stream: &UnixStream, max: usize) {
-    let err = RpcError::new(
-        code::TOO_MANY_CONNECTIONS,
+    send_refusal(
+        stream,
         format!(
             "kerneld has {max} connections open, its limit; close idle clients \
              (`kernelctl watch`, `events --follow`) and retry"
         ),
     );
+}
+
+fn send_refusal(stream: &UnixStream, message: String) {
+    let err = RpcError::new(code::TOO_MANY_CONNECTIONS, message);
     if let Ok(mut line) = serde_json::to_vec(&Response::err(Value::Null, err)) {
         line.push(b'\n');
         let _ = stream.try_write(&line);
@@ -457,4 +523,28 @@ fn event_notification(ev: &Event) -> serde_json::Result<Notification> {
         method: method::EVENT_NOTIFICATION.into(),
         params: serde_json::to_value(ev)?,
     })
+}
+
+#[cfg(test)]
+mod user_slot_tests {
+    use super::*;
+
+    #[test]
+    fn one_user_cannot_hold_more_than_its_share_and_slots_come_back() {
+        let counts = Arc::default();
+        let exempt = [0, 999];
+        let held: Vec<UserSlot> = (0..3)
+            .map(|_| UserSlot::take(&counts, 1000, 3, &exempt).unwrap())
+            .collect();
+        assert!(UserSlot::take(&counts, 1000, 3, &exempt).is_none());
+        // other users, root and kerneld's own user are not affected
+        assert!(UserSlot::take(&counts, 1001, 3, &exempt).is_some());
+        let root: Vec<UserSlot> = (0..5)
+            .map(|_| UserSlot::take(&counts, 0, 3, &exempt).unwrap())
+            .collect();
+        drop(held);
+        assert!(UserSlot::take(&counts, 1000, 3, &exempt).is_some());
+        drop(root);
+        assert!(counts.lock().unwrap().is_empty());
+    }
 }
