@@ -57,6 +57,10 @@ pub async fn run(engine: Arc<Engine>, rebuild: Rebuild, hup: Arc<Notify>, stop: 
             }
             _ = stop.cancelled() => return,
         };
+        // systemd shows the unit as reloading until READY=1 (no-ops without NOTIFY_SOCKET).
+        let mut reloading = vec![sd_notify::NotifyState::Reloading];
+        reloading.extend(sd_notify::NotifyState::monotonic_usec_now().ok());
+        let _ = sd_notify::notify(false, &reloading);
         match rebuild() {
             Ok(cfg) => {
                 let changes = engine.reload(cfg);
@@ -69,5 +73,6 @@ pub async fn run(engine: Arc<Engine>, rebuild: Rebuild, hup: Arc<Notify>, stop: 
             // A broken file leaves the running configuration as it was.
             Err(e) => tracing::error!("{why}: configuration NOT reloaded: {e}"),
         }
+        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
     }
 }

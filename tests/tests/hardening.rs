@@ -3,6 +3,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kerneld::wire::{self, EventKind};
@@ -249,4 +250,100 @@ fn an_unfinished_line_times_out_but_idle_and_following_clients_stay() {
         "{note}"
     );
     assert_eq!(note["params"]["goal"], id.as_str(), "{note}");
+}
+
+/// The systemd notify protocol as the unit sees it: READY once the socket accepts, then
+/// WATCHDOG=1 and STATUS= from the scheduler's tick, RELOADING/READY around a SIGHUP,
+/// STOPPING on SIGTERM.
+#[test]
+fn systemd_hears_ready_watchdog_status_reload_and_stop() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = TempDir::new("notify");
+    let path = dir.path().join("notify.sock");
+    let listener = UnixDatagram::bind(&path).unwrap();
+    listener
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let notify = path.to_str().unwrap().to_string();
+    // systemd sets WATCHDOG_PID to the service's pid: `exec` keeps the shell's pid.
+    let mut child = Reap(
+        Command::new("sh")
+            .arg("-c")
+            .arg("WATCHDOG_PID=$$ exec \"$0\" \"$@\"")
+            .arg(binary("kerneld"))
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--socket")
+            .arg(dir.path().join("sock"))
+            .arg("--kernels")
+            .arg(repo_root().join("kernels"))
+            .arg("--python")
+            .arg(python())
+            .arg("--cpu")
+            .env("NOTIFY_SOCKET", &notify)
+            .env("WATCHDOG_USEC", "4000000") // pings at least every 4 s
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut heard: Vec<String> = Vec::new();
+    let mut listen_until =
+        |heard: &mut Vec<String>, deadline: Instant, want: &dyn Fn(&[String]) -> bool| {
+            let mut buf = [0u8; 4096];
+            while Instant::now() < deadline && !want(heard) {
+                if let Ok(n) = listener.recv(&mut buf) {
+                    heard.extend(
+                        String::from_utf8_lossy(&buf[..n])
+                            .lines()
+                            .map(str::to_string),
+                    );
+                }
+            }
+        };
+    let has = |h: &[String], what: &str| h.iter().any(|l| l.starts_with(what));
+    listen_until(&mut heard, Instant::now() + Duration::from_secs(20), &|h| {
+        has(h, "READY=1") && has(h, "WATCHDOG=1") && has(h, "STATUS=")
+    });
+    assert!(has(&heard, "READY=1"), "{heard:?}");
+    assert!(has(&heard, "WATCHDOG=1"), "pinged from the tick: {heard:?}");
+    let status = heard
+        .iter()
+        .find(|l| l.starts_with("STATUS=") && l.contains("devices busy"));
+    assert!(
+        status.is_some(),
+        "a status line with goals and devices: {heard:?}"
+    );
+
+    heard.clear();
+    let pid = nix::unistd::Pid::from_raw(child.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    listen_until(&mut heard, Instant::now() + Duration::from_secs(10), &|h| {
+        has(h, "RELOADING=1") && has(h, "READY=1")
+    });
+    assert!(
+        has(&heard, "RELOADING=1") && has(&heard, "MONOTONIC_USEC="),
+        "{heard:?}"
+    );
+    assert!(has(&heard, "READY=1"), "{heard:?}");
+
+    heard.clear();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    listen_until(&mut heard, Instant::now() + Duration::from_secs(10), &|h| {
+        has(h, "STOPPING=1")
+    });
+    assert!(has(&heard, "STOPPING=1"), "{heard:?}");
+    let status = child.0.wait().unwrap();
+    assert!(status.success(), "clean stop: {status}");
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Reap(std::process::Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
