@@ -289,7 +289,7 @@ fn systemd_hears_ready_watchdog_status_reload_and_stop() {
             .unwrap(),
     );
     let mut heard: Vec<String> = Vec::new();
-    let mut listen_until =
+    let listen_until =
         |heard: &mut Vec<String>, deadline: Instant, want: &dyn Fn(&[String]) -> bool| {
             let mut buf = [0u8; 4096];
             while Instant::now() < deadline && !want(heard) {
