@@ -668,6 +668,21 @@ impl Engine {
         if !self.ensure_worker(slot, worker, cancel).await {
             return Ok(());
         }
+        // Running from its first lease on (describing its seeds is work for it already):
+        // `status` never shows a queued goal with an evaluation in flight.
+        {
+            let guard = self.commit_lock.lock().await;
+            let queued = self
+                .state
+                .lock()
+                .unwrap()
+                .goals
+                .get(goal)
+                .is_some_and(|g| g.proj.state == GoalState::Queued);
+            if queued && !cancel.is_cancelled() {
+                self.mark_running(&guard, goal).await?;
+            }
+        }
         if !self.describe_seeds(goal, slot, worker, cancel).await? {
             return Ok(());
         }
@@ -857,18 +872,7 @@ impl Engine {
                 return Ok(None);
             }
             if proj.state == GoalState::Queued {
-                self.append(
-                    &guard,
-                    vec![NewEvent::goal(
-                        goal,
-                        EventKind::GoalStateChanged {
-                            from: GoalState::Queued,
-                            to: GoalState::Running,
-                            reason: None,
-                        },
-                    )],
-                )
-                .await?;
+                self.mark_running(&guard, goal).await?;
             }
 
             // 1. Re-run what was started and never finished.
@@ -1021,6 +1025,22 @@ impl Engine {
                 .await
                 .map(Some);
         }
+    }
+
+    async fn mark_running(&self, guard: &CommitGuard<'_>, goal: &str) -> anyhow::Result<()> {
+        self.append(
+            guard,
+            vec![NewEvent::goal(
+                goal,
+                EventKind::GoalStateChanged {
+                    from: GoalState::Queued,
+                    to: GoalState::Running,
+                    reason: None,
+                },
+            )],
+        )
+        .await
+        .map(|_| ())
     }
 
     /// An agent failed to propose: back off and retry; after a few failures in a row the
