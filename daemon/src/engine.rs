@@ -926,7 +926,18 @@ impl Engine {
                     cancel: cancel.clone(),
                 };
                 let next = proj.iteration + 1;
+                // Enqueue refuses this; goals logged before that rule (or an admin group
+                // that changed since) are held to it here too: a command agent on a
+                // non-root daemon runs as kerneld's user, so only for trusted owners.
+                let unsafe_command = proj.spec.agent.kind == "command"
+                    && !nix::unistd::geteuid().is_root()
+                    && !self.is_trusted(proj.owner_uid);
                 let proposed = match agent::for_goal(&proj, env) {
+                    _ if unsafe_command => Err(anyhow!(
+                        "a command agent of uid {} would run as kerneld's user; only root, \
+                         kerneld's user or the admin group may use one on this daemon",
+                        proj.owner_uid
+                    )),
                     Err(e) => Err(e),
                     Ok(agent) if agent.slow() => {
                         // An external agent may think for minutes: let the log move on
