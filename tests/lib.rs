@@ -322,6 +322,30 @@ pub fn demo_goal(dir: &Path, name: &str, iterations: u64, extra: &str) -> PathBu
     path
 }
 
+/// Writes a goal on the demo task whose seeds are the harness's fault candidates
+/// (`kernels/harness/tests/faults/`, copied next to the goal file) and the demo's own
+/// seeds, evaluated in the order given.
+pub fn fault_goal(dir: &Path, name: &str, seeds: &[&str], iterations: u64) -> PathBuf {
+    let faults = repo_root().join("kernels/harness/tests/faults");
+    for s in seeds {
+        if faults.join(s).is_file() {
+            std::fs::copy(faults.join(s), dir.join(s)).unwrap();
+        }
+    }
+    let list: Vec<String> = seeds.iter().map(|s| format!("\"{s}\"")).collect();
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "name = \"{name}\"\ntask = \"{}\"\nseed = [{}]\n[budget]\niterations = {iterations}\n",
+            repo_root().join("kernels/demo").display(),
+            list.join(", ")
+        ),
+    )
+    .unwrap();
+    path
+}
+
 /// Enqueues through the socket and returns the goal id. Like `kernelctl`, it sends the
 /// seed files found next to the goal file.
 pub fn enqueue(d: &Daemon, path: &Path) -> String {

@@ -10,28 +10,17 @@ use kerneld_e2e::*;
 #[test]
 fn hang_and_segfault_are_contained_and_the_next_evaluation_succeeds() {
     let dir = TempDir::new("faults");
-    let faults = repo_root().join("kernels/harness/tests/faults");
-    for f in ["python_hang.py", "segfault.py"] {
-        std::fs::copy(faults.join(f), dir.path().join(f)).unwrap();
-    }
-    // The segfault needs ctypes, which the static rules ban: allow it for this test only.
-    // The timeout leaves an honest interpreter evaluation room on a loaded CI machine.
     let d = Daemon::start_env(
         dir.path(),
         &["--eval-timeout", "30s"],
         &[("KERNELD_STATIC_ALLOW_IMPORTS", "ctypes")],
     );
-    let demo = repo_root().join("kernels/demo");
-    let goal = dir.path().join("faults.toml");
-    std::fs::write(
-        &goal,
-        format!(
-            "name = \"faults\"\ntask = \"{}\"\nseed = [\"python_hang.py\", \"segfault.py\", \"tiled.py\"]\n\
-             [budget]\niterations = 3\n",
-            demo.display()
-        ),
-    )
-    .unwrap();
+    let goal = fault_goal(
+        dir.path(),
+        "faults",
+        &["python_hang.py", "segfault.py", "tiled.py"],
+        3,
+    );
     let id = enqueue(&d, &goal);
     let g = d.wait_terminal(&id, Duration::from_secs(240));
     assert_eq!(g.state, GoalState::Completed, "{g:?}");
@@ -83,20 +72,7 @@ fn an_evaluation_that_never_gets_a_result_is_quarantined_not_retried_forever() {
     // `max_attempts` (3) starts without a result the candidate is quarantined and the goal
     // moves on.
     let dir = TempDir::new("quar");
-    std::fs::copy(
-        repo_root().join("kernels/harness/tests/faults/python_hang.py"),
-        dir.path().join("python_hang.py"),
-    )
-    .unwrap();
-    let goal = dir.path().join("quar.toml");
-    std::fs::write(
-        &goal,
-        format!(
-            "name = \"quar\"\ntask = \"{}\"\nseed = [\"python_hang.py\", \"tiled.py\"]\n[budget]\niterations = 2\n",
-            repo_root().join("kernels/demo").display()
-        ),
-    )
-    .unwrap();
+    let goal = fault_goal(dir.path(), "quar", &["python_hang.py", "tiled.py"], 2);
     let mut d = Daemon::start_with(dir.path(), &["--eval-timeout", "10m"]);
     let id = enqueue(&d, &goal);
     for attempt in 1..=3u32 {

@@ -25,20 +25,7 @@ fn alive(pid: i32) -> bool {
 #[test]
 fn a_worker_stuck_in_a_candidate_dies_with_its_daemon() {
     let dir = TempDir::new("orphan");
-    std::fs::copy(
-        repo_root().join("kernels/harness/tests/faults/python_hang.py"),
-        dir.path().join("python_hang.py"),
-    )
-    .unwrap();
-    let goal = dir.path().join("hang.toml");
-    std::fs::write(
-        &goal,
-        format!(
-            "name = \"hang\"\ntask = \"{}\"\nseed = [\"python_hang.py\"]\n[budget]\niterations = 1\n",
-            repo_root().join("kernels/demo").display()
-        ),
-    )
-    .unwrap();
+    let goal = fault_goal(dir.path(), "hang", &["python_hang.py"], 1);
     let d = Daemon::start_with(dir.path(), &["--eval-timeout", "10m"]);
     enqueue(&d, &goal);
     let started = d.wait_until(Duration::from_secs(120), |d| {
