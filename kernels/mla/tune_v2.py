@@ -25,9 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-TASK_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(TASK_DIR))
-DEVICE = os.environ.get("MLA_TUNE_DEVICE", "cuda")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tunekit import DEVICE, TASK_DIR, Checker, bench, check_shapes, load_mod, task_and_toml  # noqa: E402
+
 SEEDS = {"v1": TASK_DIR / "seeds" / "splitkv.py", "v2": TASK_DIR / "seeds" / "splitkv_v2.py"}
 COPY_TBS = 4.27                       # H200 device-to-device copy, measured (FIELD_NOTES section 1)
 
@@ -58,20 +58,6 @@ CONFIGS = [
 ]
 
 
-def load_mod(path, name):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def task_and_toml():
-    import tomllib
-    import task
-    return task, tomllib.loads((TASK_DIR / "task.toml").read_text())
-
-
 def full_config(mods, seed, over):
     return dict(mods[seed].BEST, **over)
 
@@ -81,91 +67,22 @@ _W = {}
 
 
 def _worker_init():
-    import torch
-    task, toml = task_and_toml()
-    mods = {k: load_mod(p, f"mla_{k}") for k, p in SEEDS.items()}
-    _W.update(torch=torch, task=task, toml=toml, mods=mods, data={})
-
-
-def _inputs(name, shape, seed):
-    key = (name, seed)
-    if key not in _W["data"]:
-        torch, task = _W["torch"], _W["task"]
-        dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float16
-        inp = task.make_inputs(shape, seed, DEVICE, dtype)
-        _W["data"][key] = (inp, task.reference(**inp))
-    return _W["data"][key]
-
-
-def compare(out, ref, tol_rel, tol_max):
-    res, ok = {}, True
-    for k, r in ref.items():
-        a, r = out[k].float(), r.float()
-        finite = bool(a.isfinite().all())
-        rel = float((a - r).norm() / r.norm())
-        mx = float((a - r).abs().max() / r.abs().max())
-        passed = finite and rel <= tol_rel and mx <= tol_max
-        ok &= passed
-        res[k] = dict(rel_rmse=rel, max_err=mx, passed=passed)
-    return ok, res
+    _W.update(checker=Checker(), mods={k: load_mod(p, f"mla_{k}") for k, p in SEEDS.items()})
 
 
 def check_config(label, seed, over):
-    torch, task, toml, mods = _W["torch"], _W["task"], _W["toml"], _W["mods"]
+    checker, mods = _W["checker"], _W["mods"]
     mod = mods[seed]
     cfg = full_config(mods, seed, over)
-    shapes = list(toml["shapes"].items()) + list(toml["heldout"].items())
-    if DEVICE != "cuda":
-        shapes = list(toml["smoke"].items())
-    tol = toml["tolerance"]
-    rep = {"label": label, "seed": seed, "config": cfg, "ok": True, "shapes": {}}
+    kernel = mod._mla_split_kv_v2 if seed == "v2" else mod._mla_split_kv
     t0 = time.time()
-    try:
-        for name, shape in shapes:
-            inp, ref = _inputs(name, shape, 11)
-            snap = {k: v.clone() for k, v in inp.items()}
-            spec = task.output_spec(shape, inp)
-            for _ in range(2):
-                out = {k: torch.full(s, float("nan"), dtype=d, device=DEVICE) for k, (s, d) in spec.items()}
-                mod.mla_decode(inp, out, cfg)
-                if DEVICE == "cuda":
-                    torch.cuda.synchronize()
-                ok, res = compare(out, ref, tol["rel_rmse"], tol["max_abs"])
-                if not ok:
-                    break
-            for k in inp:
-                if not torch.equal(inp[k], snap[k]):
-                    ok = False
-                    res["input_modified"] = k
-            P = mod.plan(shape["B"], shape.get("H", 64), shape["S"], shape.get("D_LATENT", 512), 64, cfg,
-                         torch.device(DEVICE))
-            rep["shapes"][name] = dict(ok=ok, mode=P["mode"], ns=P["ns"], **res)
-            rep["ok"] &= ok
-        kern = mod._mla_split_kv_v2 if seed == "v2" else mod._mla_split_kv
-        try:
-            rep["kernels"] = [dict(regs=ck.n_regs, spills=ck.n_spills, shared=ck.metadata.shared)
-                              for dc in kern.device_caches.values() for ck in dc[0].values()]
-        except Exception as e:  # noqa: BLE001
-            rep["kernels"] = str(e)[:100]
-    except Exception as e:  # noqa: BLE001  compile errors (out of resources) and the like
-        rep["ok"] = False
-        c = e
-        while c.__cause__ is not None:
-            c = c.__cause__
-        rep["error"] = f"{type(e).__name__}: {type(c).__name__}: {str(c)[-400:]}"
+    rep = {"label": label, "seed": seed, "config": cfg}
+    rep.update(checker.check(mod, kernel, cfg, check_shapes(checker.toml, ("shapes", "heldout"))))
     rep["check_s"] = round(time.time() - t0, 1)
     return rep
 
 
 # ---------------------------------------------------------------- timing
-def bench(fn, rep_ms):
-    import torch
-    from triton.testing import do_bench
-    t = torch.tensor(do_bench(fn, warmup=15, rep=rep_ms, return_mode="all"), dtype=torch.float64)
-    med = float(t.median())
-    return med * 1e3, 100.0 * float(t.quantile(0.8) - t.quantile(0.2)) / med, len(t)
-
-
 def host_us(fn, n=50):
     """Host time per call (launch path only: no synchronisation inside the loop)."""
     import torch
@@ -240,9 +157,9 @@ def main():
                 continue
             mod, cfg = mods[r["seed"]], r["config"]
             out = {k: torch.full(s, float("nan"), dtype=d, device="cuda") for k, (s, d) in spec.items()}
-            fn = (lambda m, o, c: (lambda: m.mla_decode(inp, o, c)))(mod, out, cfg)
+            fn = (lambda m, i, o, c: (lambda: m.mla_decode(i, o, c)))(mod, inp, out, cfg)
             try:
-                med, spread, n = bench(fn, args.rep_ms)
+                med, spread, n = bench(fn, args.rep_ms, warmup=15)
                 host = host_us(fn)
             except Exception as e:  # noqa: BLE001
                 print(f"  bench failed {r['label']} {name}: {str(e)[:200]}", flush=True)
