@@ -85,35 +85,29 @@ def identity() -> dict | None:
             "sms": p.multi_processor_count, "memory_gib": round(p.total_memory / 2**30, 1)}
 
 
-def sm_clock_mhz() -> int | None:
+def _device_query(query) -> int | None:
+    """query(nvml, handle) for the visible device; None without NVML or when it fails."""
     nv = _nvml()
     if nv is None or _HANDLE is None:
         return None
     try:
-        return int(nv.nvmlDeviceGetClockInfo(_HANDLE, nv.NVML_CLOCK_SM))
+        return int(query(nv, _HANDLE))
     except Exception:
         return None
+
+
+def sm_clock_mhz() -> int | None:
+    return _device_query(lambda nv, h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
 
 
 def max_sm_clock_mhz() -> int | None:
-    nv = _nvml()
-    if nv is None or _HANDLE is None:
-        return None
-    try:
-        return int(nv.nvmlDeviceGetMaxClockInfo(_HANDLE, nv.NVML_CLOCK_SM))
-    except Exception:
-        return None
+    return _device_query(lambda nv, h: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM))
 
 
 def throttle_mask() -> int | None:
-    nv = _nvml()
-    if nv is None or _HANDLE is None:
-        return None
-    try:
-        fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
-        return int(fn(_HANDLE))
-    except Exception:
-        return None
+    # renamed "clocks event reasons" in newer NVML bindings
+    return _device_query(lambda nv, h: (getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                                        or nv.nvmlDeviceGetCurrentClocksThrottleReasons)(h))
 
 
 def reasons(mask: int | None, bad_only=False) -> list[str]:
