@@ -1749,6 +1749,7 @@ impl Engine {
             goal,
             uid,
             |s| matches!(s, GoalState::Queued | GoalState::Running),
+            |s| s == GoalState::Paused,
             GoalState::Paused,
             "pause",
         )
@@ -1770,8 +1771,15 @@ impl Engine {
         } else {
             GoalState::Queued
         };
-        self.transition(&id, uid, |s| s == GoalState::Paused, to, "resume")
-            .await
+        self.transition(
+            &id,
+            uid,
+            |s| s == GoalState::Paused,
+            |s| matches!(s, GoalState::Queued | GoalState::Running),
+            to,
+            "resume",
+        )
+        .await
     }
 
     pub async fn cancel(&self, goal: &str, uid: u32) -> RpcResult<GoalSummary> {
@@ -1779,6 +1787,7 @@ impl Engine {
             goal,
             uid,
             |s| !s.is_terminal(),
+            |s| s == GoalState::Cancelled,
             GoalState::Cancelled,
             "cancel",
         )
@@ -1790,6 +1799,7 @@ impl Engine {
         goal: &str,
         uid: u32,
         allowed: impl Fn(GoalState) -> bool,
+        already: impl Fn(GoalState) -> bool,
         to: GoalState,
         verb: &str,
     ) -> RpcResult<GoalSummary> {
@@ -1806,9 +1816,7 @@ impl Engine {
                 format!("goal {id} belongs to uid {owner}; only its owner, root or the admin group may {verb} it"),
             ));
         }
-        if from == to
-            || (verb == "resume" && matches!(from, GoalState::Queued | GoalState::Running))
-        {
+        if already(from) {
             // Already there: nothing to do, and nothing for a cron job to special-case.
             drop(guard);
             return self.summary(&id);
