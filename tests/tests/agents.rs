@@ -25,6 +25,35 @@ fn goal_with_command(
     path
 }
 
+/// A `CandidateProposed` event's fields, in log order.
+struct Proposed {
+    agent: String,
+    config: serde_json::Value,
+    note: Option<String>,
+    source: Option<String>,
+}
+
+fn proposals(events: &[kerneld::wire::Event]) -> Vec<Proposed> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::CandidateProposed {
+                agent,
+                config,
+                note,
+                source,
+                ..
+            } => Some(Proposed {
+                agent: agent.clone(),
+                config: config.clone(),
+                note: note.clone(),
+                source: source.clone(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn an_external_program_proposes_candidates() {
     let dir = TempDir::new("agent");
@@ -66,26 +95,20 @@ echo "BLOCK_M for iteration $KERNELD_ITERATION" > NOTE.md
     assert_eq!(g.reason.as_deref(), Some("budget_iterations"));
 
     let events = d.events(0);
-    let proposals: Vec<(String, serde_json::Value, Option<String>)> = events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::CandidateProposed {
-                agent,
-                config,
-                note,
-                source,
-                ..
-            } => {
-                assert!(source.as_deref().is_some_and(|s| s.contains("def matmul")));
-                Some((agent.clone(), config.clone(), note.clone()))
-            }
-            _ => None,
-        })
-        .collect();
+    let proposals = proposals(&events);
+    for p in &proposals {
+        assert!(p
+            .source
+            .as_deref()
+            .is_some_and(|s| s.contains("def matmul")));
+    }
     assert_eq!(proposals.len(), 2);
-    assert_eq!(proposals[0].0, "command");
-    assert_eq!(proposals[0].1, serde_json::json!({"BLOCK_M": 16}));
-    assert_eq!(proposals[1].2.as_deref(), Some("BLOCK_M for iteration 2"));
+    assert_eq!(proposals[0].agent, "command");
+    assert_eq!(proposals[0].config, serde_json::json!({"BLOCK_M": 16}));
+    assert_eq!(
+        proposals[1].note.as_deref(),
+        Some("BLOCK_M for iteration 2")
+    );
     let ok = events
         .iter()
         .filter(|e| matches!(&e.kind, EventKind::EvaluationFinished { result, .. } if result.class == ResultClass::Ok))
@@ -283,23 +306,12 @@ fn a_chat_completions_endpoint_proposes_candidates() {
     );
     assert!(user.contains("Triton's CPU interpreter"), "{user}");
 
-    let configs: Vec<serde_json::Value> = d
-        .events(0)
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::CandidateProposed {
-                agent,
-                config,
-                note,
-                ..
-            } => {
-                assert_eq!(agent, "llm");
-                assert_eq!(note.as_deref(), Some("Smaller tiles first."));
-                Some(config.clone())
-            }
-            _ => None,
-        })
-        .collect();
+    let proposals = proposals(&d.events(0));
+    for p in &proposals {
+        assert_eq!(p.agent, "llm");
+        assert_eq!(p.note.as_deref(), Some("Smaller tiles first."));
+    }
+    let configs: Vec<serde_json::Value> = proposals.into_iter().map(|p| p.config).collect();
     assert_eq!(
         configs,
         vec![
