@@ -144,12 +144,16 @@ def test_compiles_for_h200():
     import subprocess
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    cases = [[1, 8192, "spin"], [1, 8192, "launch"], [128, 4096, "launch"], [3, 4097, "last"]]
+    cases = [{"B": B, "S": S, "config": {"COMBINE": combine}}
+             for B, S, combine in [(1, 8192, "spin"), (1, 8192, "launch"), (128, 4096, "launch"), (3, 4097, "last")]]
     res = subprocess.run([sys.executable, str(Path(__file__).with_name("compile_sm90.py")), str(SEEDS[0]),
                           json.dumps(cases)], capture_output=True, text=True, env=env, timeout=300)
     if res.returncode == 3:
         pytest.skip(res.stdout.strip())
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    launch = _load(SEEDS[0]).MODE_LAUNCH
     for r in json.loads(res.stdout.strip().splitlines()[-1]):
         assert r["shared"] <= 227 * 1024, r
-        assert r["wgmma"], r
+        assert r["wgmma"] > 0, r
+        if r["mode"] == launch:
+            assert r["merge_regs"], r   # the second kernel of the launch mode compiles too

@@ -178,7 +178,7 @@ def test_compiles_for_h200():
     regs = {"PREFETCH": "regs", "num_stages": 1, "BLOCK_N": 32}
     cases = [{"B": 1, "S": 8192}, {"B": 64, "S": 8192}, {"B": 1, "S": 8192, "config": {"COMBINE": "launch"}},
              {"B": 3, "S": 4097, "config": {"COMBINE": "last"}}, {"B": 64, "S": 8192, "config": regs}]
-    res = subprocess.run([sys.executable, str(Path(__file__).with_name("compile_sm90_v2.py")), str(V2),
+    res = subprocess.run([sys.executable, str(Path(__file__).with_name("compile_sm90.py")), str(V2),
                           json.dumps(cases)], capture_output=True, text=True, env=env, timeout=300)
     if res.returncode == 3:
         pytest.skip(res.stdout.strip())
