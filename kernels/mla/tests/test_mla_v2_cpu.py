@@ -6,40 +6,17 @@ test_mla_cpu.py also runs v1's configs on every seed listed in task.toml; this f
 new in v2: the register-staged prefetch (with and without 32-bit packing), the plan / buffer caches,
 the larger merge tiles and input-dtype partials, odd row strides.
 """
-import importlib.util
-import json
 import math
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from mlacheck import TASK_DIR, TOL, TOML, check, compile_sm90, load_seed, outputs, ref_any_dims, run, static_violations, task  # noqa: E402,E501
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # python < 3.11
-    import tomli as tomllib  # type: ignore
-
-TASK_DIR = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(TASK_DIR))
-import task  # noqa: E402
-
-TOML = tomllib.loads((TASK_DIR / "task.toml").read_text())
 V2 = TASK_DIR / "seeds" / "splitkv_v2.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("mla_seed_v2_test", V2)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-MOD = _load()
+MOD = load_seed(V2)
 
 # between them: both prefetch paths, direct / launch / last (the interpreter's spin), both partial
 # dtypes, every merge tile size, masked (odd S) and whole tiles, mma with M = 16, 32, 64
@@ -51,22 +28,6 @@ CONFIGS = [
     {"PREFETCH": "none", "num_stages": 4, "BLOCK_H": 32, "BLOCK_N": 32, "MIN_SPLIT_TILES": 2, "MERGE_TILE": 32768},
     {"PREFETCH": "regs", "num_stages": 1, "BLOCK_N": 128, "MIN_SPLIT_TILES": 1000},   # one split: direct write
 ]
-TOL = {torch.float16: (3e-3, 3e-3), torch.float32: (1e-5, 1e-5)}
-
-
-def _outputs(shape_out):
-    return {k: torch.full(s, float("nan"), dtype=d) for k, (s, d) in shape_out.items()}
-
-
-def _check(out, ref, tol):
-    rel_tol, max_tol = tol
-    for k, r in ref.items():
-        a, r = out[k].float(), r.float()
-        assert torch.isfinite(a).all(), f"{k}: NaN/Inf (unwritten or broken)"
-        rel = ((a - r).norm() / r.norm()).item()
-        mx = ((a - r).abs().max() / r.abs().max()).item()
-        assert rel <= rel_tol and mx <= max_tol, f"{k}: rel_rmse {rel:.2e}, max {mx:.2e}"
-
 
 def test_space_default_best():
     for name in ("DEFAULT", "BEST"):
@@ -85,12 +46,8 @@ def test_space_default_best():
 def test_smoke(dtype, shape_name, ci):
     shape = TOML["smoke"][shape_name]
     inputs = task.make_inputs(shape, 17 + ci, "cpu", dtype)
-    snapshot = {k: v.clone() for k, v in inputs.items()}
-    out = _outputs(task.output_spec(shape, inputs))
-    MOD.mla_decode(inputs, out, CONFIGS[ci])
-    for k, v in inputs.items():
-        assert torch.equal(v, snapshot[k]), f"input {k} modified"
-    _check(out, task.reference(**inputs), TOL[dtype])
+    out = run(MOD, inputs, task.output_spec(shape, inputs), CONFIGS[ci])
+    check(out, task.reference(**inputs), TOL[dtype])
 
 
 def test_paths_are_exercised():
@@ -104,13 +61,6 @@ def test_paths_are_exercised():
             packs.add((P["PREFETCH_REGS"], P["PACK"]))
     assert {MOD.MODE_DIRECT, MOD.MODE_LAUNCH, MOD.MODE_LAST} <= modes
     assert {(True, True), (False, False)} <= packs
-
-
-def _ref_any(q, kv, scale, dl):
-    s = torch.einsum("bhd,bsd->bhs", q[:, 0].double(), kv.double()) * scale
-    lse = torch.logsumexp(s, -1)
-    o = torch.einsum("bhs,bsd->bhd", torch.exp(s - lse[..., None]), kv[..., :dl].double())
-    return {"o": o.unsqueeze(1), "lse": lse}
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
@@ -129,7 +79,7 @@ def test_generic_dims_and_strides(dtype, dl, dr, H, S):
         out = {"o": torch.full((2, 1, H, dl), float("nan"), dtype=dtype),
                "lse": torch.full((2, H), float("nan"))}
         MOD.mla_decode({"q": q, "kv": kv, "scale": scale}, out, cfg)
-        _check(out, _ref_any(q, kv, scale, dl), (3e-3, 3e-3) if dtype == torch.float16 else (1e-5, 1e-5))
+        check(out, ref_any_dims(q, kv, scale, dl), TOL[dtype])
 
 
 def test_caches_reused_and_counters_zero():
@@ -140,9 +90,9 @@ def test_caches_reused_and_counters_zero():
     cfg = CONFIGS[3]
     n_plans = None
     for it in range(3):
-        out = _outputs(task.output_spec(shape, inputs))
+        out = outputs(task.output_spec(shape, inputs))
         MOD.mla_decode(inputs, out, cfg)
-        _check(out, ref, TOL[torch.float16])
+        check(out, ref, TOL[torch.float16])
         if it == 0:
             n_plans, n_scratch = len(MOD._PLANS), len(MOD._SCRATCH)
     assert len(MOD._PLANS) == n_plans and len(MOD._SCRATCH) == n_scratch
@@ -155,35 +105,24 @@ def test_single_token_and_partial_tail():
         shape = {"B": 2, "S": S, "H": 4, "D_LATENT": 32}
         inputs = task.make_inputs(shape, 9, "cpu", torch.float32)
         for cfg in (CONFIGS[1], CONFIGS[3]):
-            out = _outputs(task.output_spec(shape, inputs))
+            out = outputs(task.output_spec(shape, inputs))
             MOD.mla_decode(inputs, out, cfg)
-            _check(out, task.reference(**inputs), TOL[torch.float32])
+            check(out, task.reference(**inputs), TOL[torch.float32])
 
 
 def test_static_rules():
-    sys.path.insert(0, str(TASK_DIR.parents[1]))
-    try:
-        from kernels.harness.static_check import check_source
-    except ImportError:
-        pytest.skip("harness static checker not importable")
-    v = check_source(V2.read_text(), banned_calls=TOML.get("banned_calls", []))
-    assert not v, [str(x) for x in v]
+    v = static_violations(V2)
+    assert not v, v
 
 
 # ---------------------------------------------------------------------------------------------
 # sm_90 compile (subprocess: the interpreter and the compiler do not mix in one process): BEST on the
 # goal shapes' launch modes, and the register-prefetch option; the figures go to NOTES.md.
 def test_compiles_for_h200():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     regs = {"PREFETCH": "regs", "num_stages": 1, "BLOCK_N": 32}
     cases = [{"B": 1, "S": 8192}, {"B": 64, "S": 8192}, {"B": 1, "S": 8192, "config": {"COMBINE": "launch"}},
              {"B": 3, "S": 4097, "config": {"COMBINE": "last"}}, {"B": 64, "S": 8192, "config": regs}]
-    res = subprocess.run([sys.executable, str(Path(__file__).with_name("compile_sm90.py")), str(V2),
-                          json.dumps(cases)], capture_output=True, text=True, env=env, timeout=300)
-    if res.returncode == 3:
-        pytest.skip(res.stdout.strip())
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    rows = json.loads(res.stdout.strip().splitlines()[-1])
+    rows = compile_sm90(V2, cases)
     for r in rows:
         assert r["shared"] <= 227 * 1024, r
         assert r["wgmma"] > 0, r
