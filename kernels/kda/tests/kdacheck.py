@@ -27,6 +27,13 @@ def rel(out, ref):
     return (d.norm() / ref.norm()).item(), (d.abs().max() / ref.abs().max()).item()
 
 
+def assert_matches(out, ref, *context):
+    """Both outputs (o, final_state) within the task's tolerances of the oracle's."""
+    for n in ("o", "final_state"):
+        r, m = rel(out[n], ref[n])
+        assert r < TOL and m < MAX, (*context, n, r, m)
+
+
 def run(seed, inputs, cfg):
     """Runs a seed's `kda` into freshly poisoned outputs and returns them."""
     B, T, H, K = inputs["q"].shape
