@@ -158,36 +158,9 @@ impl CommandAgent {
         }
         std::fs::create_dir_all(dir.join("seeds"))
             .with_context(|| format!("creating {}", dir.display()))?;
-        let spec = &goal.spec;
-        let goal_md = format!(
-            "{}\n## What to write\n\
-             Write `candidate.py` in this directory (the module above). Optionally write\n\
-             `config.json` (an object: the configuration to evaluate; default: DEFAULT) and\n\
-             `NOTE.md` (one line: what you changed and why).\n\n\
-             `CONTEXT.md` is what was tried and measured; `best.py` the best so far; \
-             `last_report.json` the last evaluation; `seeds/` the starting points.\n",
-            super::brief(goal)
-        );
-        std::fs::write(dir.join("GOAL.md"), goal_md)?;
-        std::fs::write(
-            dir.join("CONTEXT.md"),
-            context::compact(goal, history, context::budget(spec)),
-        )?;
-        if let Some(best) = &self.env.best_source {
-            std::fs::write(dir.join("best.py"), best)?;
-        }
-        if let Some(last) = history.last() {
-            std::fs::write(
-                dir.join("last_report.json"),
-                serde_json::to_vec_pretty(last)?,
-            )?;
-        }
-        for seed in &spec.seeds {
-            let name = Path::new(&seed.name)
-                .file_name()
-                .map(PathBuf::from)
-                .unwrap_or_else(|| "seed.py".into());
-            std::fs::write(dir.join("seeds").join(name), &seed.source)?;
+        for (name, contents) in workdir_files(goal, history, self.env.best_source.as_deref())? {
+            std::fs::write(dir.join(&name), contents)
+                .with_context(|| format!("writing {}", dir.join(&name).display()))?;
         }
         Ok(())
     }
@@ -286,6 +259,45 @@ fn log_tail(dir: &Path) -> String {
     };
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(LOG_TAIL)..].join("\n")
+}
+
+/// The files a command agent's directory gets, by path relative to it (see the module
+/// docs): what `prepare` writes, and what `kernelctl context` names.
+pub fn workdir_files(
+    goal: &GoalProjection,
+    history: &[EvaluationRecord],
+    best_source: Option<&str>,
+) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+    let spec = &goal.spec;
+    let goal_md = format!(
+        "{}\n## What to write\n\
+         Write `candidate.py` in this directory (the module above). Optionally write\n\
+         `config.json` (an object: the configuration to evaluate; default: DEFAULT) and\n\
+         `NOTE.md` (one line: what you changed and why).\n\n\
+         `CONTEXT.md` is what was tried and measured; `best.py` the best so far; \
+         `last_report.json` the last evaluation; `seeds/` the starting points.\n",
+        super::brief(goal)
+    );
+    let mut files = vec![
+        ("GOAL.md".to_string(), goal_md.into_bytes()),
+        (
+            "CONTEXT.md".to_string(),
+            context::compact(goal, history, context::budget(spec)).into_bytes(),
+        ),
+    ];
+    if let Some(best) = best_source {
+        files.push(("best.py".into(), best.as_bytes().to_vec()));
+    }
+    if let Some(last) = history.last() {
+        files.push(("last_report.json".into(), serde_json::to_vec_pretty(last)?));
+    }
+    for seed in &spec.seeds {
+        let name = Path::new(&seed.name)
+            .file_name()
+            .map_or("seed.py".into(), |n| n.to_string_lossy().into_owned());
+        files.push((format!("seeds/{name}"), seed.source.as_bytes().to_vec()));
+    }
+    Ok(files)
 }
 
 impl Agent for CommandAgent {

@@ -78,20 +78,13 @@ pub fn context_view(
         kind => {
             view.text = crate::context::compact(goal, history, budget);
             if kind == "command" {
-                // As `command::CommandAgent::prepare` writes them.
-                view.files.push("GOAL.md".into());
-                if best_source.is_some() {
-                    view.files.push("best.py".into());
-                }
-                if !history.is_empty() {
-                    view.files.push("last_report.json".into());
-                }
-                view.files.extend(spec.seeds.iter().map(|seed| {
-                    let name = std::path::Path::new(&seed.name)
-                        .file_name()
-                        .map_or("seed.py".into(), |n| n.to_string_lossy().into_owned());
-                    format!("seeds/{name}")
-                }));
+                // The directory's other files, from the function that writes them.
+                view.files = command::workdir_files(goal, history, best_source)
+                    .map(|files| files.into_iter().map(|(name, _)| name))
+                    .into_iter()
+                    .flatten()
+                    .filter(|name| name != "CONTEXT.md")
+                    .collect();
             }
         }
     }
