@@ -680,7 +680,18 @@ impl Engine {
                 .get(goal)
                 .is_some_and(|g| g.proj.state == GoalState::Queued);
             if queued && !cancel.is_cancelled() {
-                self.mark_running(&guard, goal).await?;
+                self.append(
+                    &guard,
+                    vec![NewEvent::goal(
+                        goal,
+                        EventKind::GoalStateChanged {
+                            from: GoalState::Queued,
+                            to: GoalState::Running,
+                            reason: None,
+                        },
+                    )],
+                )
+                .await?;
             }
         }
         if !self.describe_seeds(goal, slot, worker, cancel).await? {
@@ -866,13 +877,10 @@ impl Engine {
                     rt.leases.len() > 1 || !rt.active.is_empty(),
                 )
             };
-            if !matches!(proj.state, GoalState::Queued | GoalState::Running)
-                || self.stopping.is_cancelled()
-            {
+            // Running since the lease began (run_lease); anything else: paused, ended, or a
+            // race with one, and the next dispatch decides again.
+            if proj.state != GoalState::Running || self.stopping.is_cancelled() {
                 return Ok(None);
-            }
-            if proj.state == GoalState::Queued {
-                self.mark_running(&guard, goal).await?;
             }
 
             // 1. Re-run what was started and never finished.
@@ -1036,22 +1044,6 @@ impl Engine {
                 .await
                 .map(Some);
         }
-    }
-
-    async fn mark_running(&self, guard: &CommitGuard<'_>, goal: &str) -> anyhow::Result<()> {
-        self.append(
-            guard,
-            vec![NewEvent::goal(
-                goal,
-                EventKind::GoalStateChanged {
-                    from: GoalState::Queued,
-                    to: GoalState::Running,
-                    reason: None,
-                },
-            )],
-        )
-        .await
-        .map(|_| ())
     }
 
     /// An agent failed to propose: back off and retry; after a few failures in a row the
