@@ -7,16 +7,18 @@
 //! Errors go to stderr: a line for people, or one JSON object with --json.
 //! With -q a successful command prints nothing (cron mails whatever a job prints).
 
+mod cli;
 mod client;
 mod render;
 mod report;
+mod term;
 
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::parser::ValueSource;
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches};
 use kerneld::paths::{choose_socket, SocketEnv};
 use kerneld::wire::{
     self, code, method, BestResult, ContextResult, EnqueueParams, EnqueueResult, Event,
@@ -27,119 +29,16 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
+use cli::{Cli, Command};
 use client::{decode, Client, ClientError};
 use render::Paint;
-
-#[derive(Parser)]
-#[command(
-    name = "kernelctl",
-    version,
-    about = "Control kerneld: enqueue, watch and steer GPU-kernel optimization goals.",
-    after_help = "Exit status: 0 ok, 1 failed (the daemon refused, or the operation failed), 2 usage, 3 daemon not reachable."
-)]
-struct Cli {
-    /// The daemon's socket [default: $XDG_RUNTIME_DIR/kerneld.sock, else /run/user/$UID/kerneld.sock for a user, else /run/kerneld/kerneld.sock; the first that exists]
-    #[arg(long, global = true, env = "KERNELD_SOCKET", value_name = "PATH")]
-    socket: Option<PathBuf>,
-    /// Print the daemon's result as JSON (JSON lines for event streams); errors as one JSON object on stderr
-    #[arg(long, global = true)]
-    json: bool,
-    /// Print nothing on success, for cron (files named with -o are still written); errors still go to stderr
-    #[arg(short, long, global = true)]
-    quiet: bool,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Enqueue the goal in FILE; prints the goal's id
-    Enqueue {
-        /// The goal file (TOML)
-        file: PathBuf,
-        /// If a goal of the same name is queued, running or paused, print its id instead (for cron)
-        #[arg(long)]
-        unique: bool,
-    },
-    /// List goals (or one goal) with their progress
-    Status {
-        /// Only this goal (id or name)
-        goal: Option<String>,
-    },
-    /// One goal in full: its spec, progress and recent evaluations
-    Show {
-        /// The goal's id or name
-        goal: String,
-    },
-    /// Follow a goal live until it completes, fails or is cancelled (exit 0 only when completed)
-    Watch {
-        /// The goal's id or name
-        goal: String,
-    },
-    /// The event log, of one goal or of all
-    Events {
-        /// Only this goal's events (id or name)
-        goal: Option<String>,
-        /// Keep printing new events as they happen
-        #[arg(short, long)]
-        follow: bool,
-        /// Only events after this sequence number
-        #[arg(long, value_name = "SEQ")]
-        after: Option<u64>,
-        /// At most N events (the newest, unless --after is given)
-        #[arg(short = 'n', long, value_name = "N")]
-        limit: Option<u64>,
-    },
-    /// Pause a goal: its evaluation in flight is finished or aborted and the GPU freed
-    Pause {
-        /// The goal's id or name
-        goal: String,
-    },
-    /// Resume a paused goal from the iteration it stopped at
-    Resume {
-        /// The goal's id or name
-        goal: String,
-    },
-    /// Cancel a goal for good
-    Cancel {
-        /// The goal's id or name
-        goal: String,
-    },
-    /// The best correct candidate's source, to stdout or to a file
-    Best {
-        /// The goal's id or name
-        goal: String,
-        /// Write the source to FILE (a summary goes to stderr)
-        #[arg(short, long, value_name = "FILE")]
-        output: Option<PathBuf>,
-    },
-    /// Exactly what the goal's agent gets on its next iteration (llm: the messages, --json
-    /// as sent; command: CONTEXT.md; search: the compacted context)
-    Context {
-        /// The goal's id or name
-        goal: String,
-    },
-    /// GPUs (evaluation slots): health, leases, work done
-    Gpus,
-    /// Progress over time: an SVG chart with -o, else a chart in the terminal
-    Report {
-        /// The goal's id or name
-        goal: String,
-        /// Write an SVG chart to FILE ("-" for stdout)
-        #[arg(short, long, value_name = "FILE.svg")]
-        output: Option<PathBuf>,
-    },
-    /// Shell completions for SHELL, to stdout
-    Completions {
-        /// bash, zsh, fish, elvish or powershell
-        shell: clap_complete::Shell,
-    },
-    /// Versions of this client and of the daemon
-    Version,
-}
+use term::ColorWhen;
 
 fn main() -> ExitCode {
+    // clap prints help and usage errors while it parses: tell it --color first.
+    let color = ColorWhen::from_args(std::env::args_os().skip(1));
     let parsed = Cli::command()
+        .color(color.for_clap())
         .try_get_matches()
         .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
     let (cli, matches) = match parsed {
@@ -166,7 +65,7 @@ fn main() -> ExitCode {
         socket_origin,
         json: cli.json,
         quiet: cli.quiet,
-        paint: Paint::detect(stdout_is_terminal),
+        paint: Paint::for_stdout(cli.color),
         fit: render::Fit::for_stdout(stdout_is_terminal),
     };
     match run(cli.command, &ctx) {
@@ -235,6 +134,7 @@ fn run(command: Command, ctx: &Ctx) -> Result<u8, Failure> {
         Command::Report { goal, output } => report(ctx, goal, output.as_deref()),
         Command::Completions { shell } => completions(shell),
         Command::Version => version(ctx),
+        Command::Man { out } => man(ctx, out.as_deref()),
     }
 }
 
@@ -348,7 +248,13 @@ impl Failure {
                     SocketOrigin::Env => format!("{e} (KERNELD_SOCKET)"),
                     _ => e.to_string(),
                 };
-                (None, message, Some(start_hint(socket)))
+                // The hint names the socket looked at first (the user's own, where there
+                // is one), not the system one the client fell back to.
+                let first = match origin {
+                    SocketOrigin::Default { tried } => tried.first().map_or(socket, |p| p),
+                    _ => socket,
+                };
+                (None, message, Some(start_hint(first)))
             }
             Failure::Client(e @ ClientError::Unresponsive { .. }) => (
                 None,
@@ -623,6 +529,18 @@ fn completions(shell: clap_complete::Shell) -> Result<u8, Failure> {
     clap_complete::generate(shell, &mut Cli::command(), "kernelctl", &mut script);
     // The script is what was asked for: printed even with --quiet.
     write_stdout(&String::from_utf8_lossy(&script))?;
+    Ok(0)
+}
+
+/// kernelctl's pages from the clap definition above (kerneld's: `kerneld man`).
+fn man(ctx: &Ctx, out: Option<&Path>) -> Result<u8, Failure> {
+    let mut stdout = Vec::new();
+    let files = kerneld::manpage::write(Cli::command(), out, &mut stdout).map_err(Failure::Failed)?;
+    // The page is what was asked for: printed even with --quiet.
+    write_stdout(&String::from_utf8_lossy(&stdout))?;
+    if let Some(dir) = out {
+        ctx.note(&format!("wrote {} pages in {}", files.len(), dir.display()));
+    }
     Ok(0)
 }
 
@@ -979,6 +897,12 @@ mod tests {
         assert!(refused
             .message
             .starts_with("cannot reach kerneld at /x.sock"));
+        // The hint names the first place tried, not the fallback the client used.
+        let hint = report.hint.as_deref().unwrap();
+        assert!(
+            hint.contains("kerneld --socket /run/user/1000/kerneld.sock"),
+            "{hint}"
+        );
         let from_env =
             unreachable(io::ErrorKind::NotFound).report(Path::new("/x.sock"), &SocketOrigin::Env);
         assert!(from_env.message.ends_with("(KERNELD_SOCKET)"));

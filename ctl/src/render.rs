@@ -1,9 +1,14 @@
 //! Text for people: tables, durations, times, colours, and one-line summaries of events.
 //!
 //! Every function returns a `String` (or lines of one) so it can be tested without a
-//! terminal; colour is applied through a `Paint` that is off unless stdout is a TTY.
+//! terminal; colour is applied through a `Paint` (term.rs decides when it is on).
 
 use std::fmt::Write as _;
+
+pub use crate::term::{
+    clock, datetime, now_ms, terminal_columns, truncate, truncate_visible, width,
+    Paint, Style,
+};
 
 use kerneld::wire::{
     BestSummary, EvalResult, Event, EventKind, GoalDetail, GoalSpec, GoalState, GoalSummary,
@@ -13,68 +18,6 @@ use kerneld::wire::{
 // ---------------------------------------------------------------------------
 // Colour
 // ---------------------------------------------------------------------------
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Style {
-    Bold,
-    Dim,
-    Green,
-    Yellow,
-    Red,
-    Cyan,
-}
-
-impl Style {
-    fn code(self) -> &'static str {
-        match self {
-            Style::Bold => "1",
-            Style::Dim => "2",
-            Style::Green => "32",
-            Style::Yellow => "33",
-            Style::Red => "31",
-            Style::Cyan => "36",
-        }
-    }
-}
-
-/// Applies ANSI colours, or nothing when colour is off.
-#[derive(Debug, Clone, Copy)]
-pub struct Paint {
-    pub enabled: bool,
-}
-
-impl Paint {
-    pub const OFF: Paint = Paint { enabled: false };
-
-    /// Colours only on a terminal, never with NO_COLOR set to a non-empty value
-    /// (no-color.org: an empty one does not count) or TERM=dumb.
-    pub fn detect(is_tty: bool) -> Paint {
-        Paint::decide(
-            is_tty,
-            std::env::var_os("NO_COLOR").as_deref(),
-            std::env::var_os("TERM").as_deref(),
-        )
-    }
-
-    fn decide(
-        is_tty: bool,
-        no_color: Option<&std::ffi::OsStr>,
-        term: Option<&std::ffi::OsStr>,
-    ) -> Paint {
-        let no_color = no_color.is_some_and(|v| !v.is_empty());
-        let dumb = term.is_some_and(|t| t == "dumb");
-        Paint {
-            enabled: is_tty && !no_color && !dumb,
-        }
-    }
-
-    pub fn paint(&self, text: &str, style: Option<Style>) -> String {
-        match style {
-            Some(s) if self.enabled => format!("\x1b[{}m{text}\x1b[0m", s.code()),
-            _ => text.to_string(),
-        }
-    }
-}
 
 pub fn state_style(state: GoalState) -> Style {
     match state {
@@ -167,26 +110,6 @@ pub fn table(headers: &[&str], rows: &[Vec<Cell>], paint: Paint) -> String {
     out
 }
 
-/// Display width in columns; every character this client prints is one column wide.
-pub fn width(text: &str) -> usize {
-    text.chars().count()
-}
-
-/// The width of the terminal on stdout: the tty's own size, else $COLUMNS, else 80.
-pub fn terminal_columns() -> usize {
-    // SAFETY: TIOCGWINSZ only writes the `winsize` we own.
-    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-    if unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_col > 0
-    {
-        return usize::from(ws.ws_col);
-    }
-    std::env::var("COLUMNS")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .filter(|&c| c > 0)
-        .unwrap_or(80)
-}
-
 /// How free text (messages, reasons, configs) is shown in one line: cut to fit a
 /// terminal, or whole where nobody reads it on a screen (a pipe, a file, cron's mail).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,66 +140,6 @@ pub fn fit(text: &str, max: usize, fit: Fit) -> String {
             .collect::<Vec<_>>()
             .join(" ⏎ "),
     }
-}
-
-/// The first line of `text`, cut to `max` characters with an ellipsis.
-pub fn truncate(text: &str, max: usize) -> String {
-    let first = text.lines().next().unwrap_or("").trim_end();
-    let more_lines = text.trim_end().lines().nth(1).is_some();
-    if width(first) <= max && !more_lines {
-        return first.to_string();
-    }
-    let cut: String = first.chars().take(max.saturating_sub(1)).collect();
-    format!("{}…", cut.trim_end())
-}
-
-/// Cuts an already coloured line to `max` visible columns: escape sequences take no room
-/// and are kept, so the colours stay; a reset ends a cut line.
-pub fn truncate_visible(text: &str, max: usize) -> String {
-    if width(&strip_ansi(text)) <= max {
-        return text.to_string();
-    }
-    let mut out = String::new();
-    let mut visible = 0;
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            out.push(c);
-            // CSI: ESC [ parameters, ended by a letter.
-            for e in chars.by_ref() {
-                out.push(e);
-                if e.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else if visible + 1 < max {
-            out.push(c);
-            visible += 1;
-        } else {
-            break;
-        }
-    }
-    out.push('…');
-    out.push_str("\x1b[0m");
-    out
-}
-
-/// The text without its ANSI escape sequences.
-pub fn strip_ansi(text: &str) -> String {
-    let mut out = String::new();
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            for e in chars.by_ref() {
-                if e.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// A content hash shortened for tables: 12 characters identify a candidate among thousands.
@@ -325,78 +188,6 @@ pub fn duration(seconds: f64) -> String {
         3600..=86_399 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
         _ => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
     }
-}
-
-/// Broken-down local time (falls back to UTC where the C library cannot say).
-struct Civil {
-    year: i64,
-    month: u32,
-    day: u32,
-    hour: u32,
-    minute: u32,
-    second: u32,
-}
-
-fn civil(ms: u64) -> Civil {
-    let secs = (ms / 1000) as libc::time_t;
-    // SAFETY: localtime_r only writes the `tm` we own; a null return leaves it unused.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    let ok = unsafe { !libc::localtime_r(&secs, &mut tm).is_null() };
-    if ok {
-        return Civil {
-            year: tm.tm_year as i64 + 1900,
-            month: tm.tm_mon as u32 + 1,
-            day: tm.tm_mday as u32,
-            hour: tm.tm_hour as u32,
-            minute: tm.tm_min as u32,
-            second: tm.tm_sec as u32,
-        };
-    }
-    utc(ms / 1000)
-}
-
-/// Days-from-civil inverse (Howard Hinnant's algorithm) for the UTC fallback.
-fn utc(secs: u64) -> Civil {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    Civil {
-        year,
-        month,
-        day,
-        hour: (rem / 3600) as u32,
-        minute: (rem % 3600 / 60) as u32,
-        second: (rem % 60) as u32,
-    }
-}
-
-/// `2026-11-30 17:43:20`, local time.
-pub fn datetime(ms: u64) -> String {
-    let c = civil(ms);
-    format!(
-        "{}-{:02}-{:02} {:02}:{:02}:{:02}",
-        c.year, c.month, c.day, c.hour, c.minute, c.second
-    )
-}
-
-/// `17:43:20`, local time.
-pub fn clock(ms: u64) -> String {
-    let c = civil(ms);
-    format!("{:02}:{:02}:{:02}", c.hour, c.minute, c.second)
-}
-
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 // ---------------------------------------------------------------------------
@@ -948,19 +739,6 @@ mod tests {
     }
 
     #[test]
-    fn utc_fallback_is_a_correct_calendar() {
-        let c = utc(1_796_060_600); // 2026-11-30 17:43:20 UTC
-        assert_eq!(
-            (c.year, c.month, c.day, c.hour, c.minute, c.second),
-            (2026, 11, 30, 17, 43, 20)
-        );
-        let epoch = utc(0);
-        assert_eq!((epoch.year, epoch.month, epoch.day), (1970, 1, 1));
-        let leap = utc(951_782_400); // 2000-02-29
-        assert_eq!((leap.year, leap.month, leap.day), (2000, 2, 29));
-    }
-
-    #[test]
     fn table_aligns_columns_and_numbers() {
         let rows = vec![
             vec![Cell::new("a"), Cell::num("1")],
@@ -1094,17 +872,6 @@ mod tests {
         assert!(text.ends_with(&config.to_string()), "{text}");
         let (cut, _) = event_summary(&proposed, Fit::Cut);
         assert!(cut.ends_with('…'), "{cut}");
-    }
-
-    #[test]
-    fn empty_no_color_does_not_turn_colour_off() {
-        use std::ffi::OsStr;
-        let xterm = Some(OsStr::new("xterm"));
-        assert!(Paint::decide(true, None, xterm).enabled);
-        assert!(Paint::decide(true, Some(OsStr::new("")), xterm).enabled);
-        assert!(!Paint::decide(true, Some(OsStr::new("1")), xterm).enabled);
-        assert!(!Paint::decide(true, None, Some(OsStr::new("dumb"))).enabled);
-        assert!(!Paint::decide(false, None, xterm).enabled);
     }
 
     #[test]
