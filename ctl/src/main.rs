@@ -451,8 +451,29 @@ fn status(ctx: &Ctx, goal: Option<String>) -> Result<u8, Failure> {
 
 fn show(ctx: &Ctx, goal: String) -> Result<u8, Failure> {
     answer(ctx, method::SHOW, GoalRef { goal }, |detail: GoalDetail| {
-        ctx.print(&render::show(&detail, ctx.paint))
+        let mode = run_mode(ctx, &detail);
+        ctx.print(&render::show(&detail, mode, ctx.paint))
     })
+}
+
+/// CPU or GPU: the results say (interpreted timings); before the first result the
+/// daemon's `version` does. A daemon that cannot say counts as GPU.
+fn run_mode(ctx: &Ctx, detail: &GoalDetail) -> render::Mode {
+    let interpreted = detail.recent.iter().map(|e| e.result.interpreted);
+    let evidence = interpreted
+        .chain(detail.summary.best.iter().map(|b| b.interpreted))
+        .reduce(|a, b| a || b);
+    let cpu = evidence.unwrap_or_else(|| {
+        ctx.call_value(method::VERSION, ())
+            .ok()
+            .and_then(|v| decode::<VersionResult>(method::VERSION, v).ok())
+            .is_some_and(|v| v.mode == "cpu")
+    });
+    if cpu {
+        render::Mode::Cpu
+    } else {
+        render::Mode::Gpu
+    }
 }
 
 fn transition(ctx: &Ctx, method: &str, goal: String) -> Result<u8, Failure> {
@@ -777,16 +798,21 @@ impl<'a> WatchView<'a> {
 const REPORT_PAGE: u64 = 500;
 
 fn report(ctx: &Ctx, goal: String, output: Option<&Path>) -> Result<u8, Failure> {
+    // A name we cannot write is refused before the daemon is asked anything.
+    let format = output
+        .map(report::Format::for_path)
+        .transpose()
+        .map_err(Failure::Failed)?;
     let events = all_events(ctx, &goal)?;
     let progress = report::Progress::from_events(&goal, &events);
-    match output {
-        Some(path) => {
-            let svg = report::svg(&progress);
+    match (output, format) {
+        (Some(path), Some(format)) => {
+            let bytes = format.render(&progress).map_err(Failure::Failed)?;
             if is_stdout(path) {
                 // `-o -` names stdout as the file: written even with --quiet.
-                write_stdout(&svg)?;
+                write_stdout(&String::from_utf8_lossy(&bytes))?;
             } else {
-                write_file(path, svg.as_bytes())?;
+                write_file(path, &bytes)?;
                 ctx.note(&format!(
                     "wrote {}: {}",
                     path.display(),
@@ -794,10 +820,10 @@ fn report(ctx: &Ctx, goal: String, output: Option<&Path>) -> Result<u8, Failure>
                 ));
             }
         }
-        None if ctx.json => {
+        _ if ctx.json => {
             ctx.print_line(&serde_json::to_string_pretty(&progress).unwrap_or_default())?
         }
-        None => ctx.print(&report::terminal(
+        _ => ctx.print(&report::terminal(
             &progress,
             render::terminal_columns(),
             ctx.paint,

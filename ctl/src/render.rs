@@ -284,7 +284,38 @@ pub fn status_line(g: &GoalSummary, paint: Paint, fit_text: Fit) -> String {
 // show
 // ---------------------------------------------------------------------------
 
-pub fn show(detail: &GoalDetail, paint: Paint) -> String {
+/// Where the goal's evaluations run, for the `shapes` line of `show`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Gpu,
+    /// Triton's interpreter: the task's small smoke shapes run instead of the goal's.
+    Cpu,
+}
+
+/// The shapes that actually ran, in the order the results list them: in CPU mode the
+/// harness swaps the goal's shapes for the task's smoke shapes.
+fn shapes_text(detail: &GoalDetail, mode: Mode) -> String {
+    let goal = detail.spec.shapes.join(", ");
+    if mode == Mode::Gpu {
+        return goal;
+    }
+    let mut ran: Vec<&str> = Vec::new();
+    for e in detail.recent.iter().filter(|e| e.result.interpreted) {
+        for t in &e.result.shapes {
+            if !ran.contains(&t.shape.as_str()) {
+                ran.push(&t.shape);
+            }
+        }
+    }
+    let ran = if ran.is_empty() {
+        "the task's smoke shapes".to_string()
+    } else {
+        ran.join(", ")
+    };
+    format!("{ran} (CPU mode: smoke shapes; on a GPU: {goal})")
+}
+
+pub fn show(detail: &GoalDetail, mode: Mode, paint: Paint) -> String {
     let g = &detail.summary;
     let mut out = format!(
         "{}  {}  {}\n",
@@ -292,7 +323,7 @@ pub fn show(detail: &GoalDetail, paint: Paint) -> String {
         g.id,
         paint.paint(g.state.as_str(), Some(state_style(g.state)))
     );
-    for (key, value) in spec_fields(&detail.spec)
+    for (key, value) in spec_fields(&detail.spec, shapes_text(detail, mode))
         .into_iter()
         .chain(summary_fields(g))
     {
@@ -358,7 +389,7 @@ fn result_cells(r: &EvalResult) -> Vec<Cell> {
     ]
 }
 
-fn spec_fields(spec: &GoalSpec) -> Vec<(&'static str, String)> {
+fn spec_fields(spec: &GoalSpec, shapes: String) -> Vec<(&'static str, String)> {
     let seeds: Vec<&str> = spec.seeds.iter().map(|s| s.name.as_str()).collect();
     vec![
         ("task", spec.task_dir.clone()),
@@ -366,7 +397,7 @@ fn spec_fields(spec: &GoalSpec) -> Vec<(&'static str, String)> {
             "objective",
             format!("{} vs {}", spec.objective, spec.baseline),
         ),
-        ("shapes", spec.shapes.join(", ")),
+        ("shapes", shapes),
         ("seeds", seeds.join(", ")),
         ("budget", budget_text(spec)),
         ("stop", stop_text(spec)),
@@ -682,6 +713,7 @@ pub fn gpus(result: &GpusResult, now_ms: u64, paint: Paint) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::term::strip_ansi;
     use kerneld::wire::{GpuStatus, LeaseInfo};
 
     pub fn summary(name: &str, state: GoalState, best: Option<f64>) -> GoalSummary {
