@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use super::scale::{axis_labels, linear_ticks, YScale};
+use super::scale::{axis_labels, nice_step, YScale};
 use super::{Progress, Step};
 use crate::render;
 
@@ -148,8 +148,8 @@ fn x_axis(s: &mut String, f: &Frame, p: &Progress) {
         s,
         r#"<line x1="{LEFT}" x2="{RIGHT}" y1="{BOTTOM}" y2="{BOTTOM}" stroke="{INK}"/>"#
     );
-    for t in linear_ticks(f.first as f64, f.last as f64, 8) {
-        let x = f.px(t as u64);
+    for t in iteration_ticks(f.first, f.last) {
+        let x = f.px(t);
         let (tick_end, label_y, time_y) = (BOTTOM + 4.0, FAIL_Y + 26.0, FAIL_Y + 40.0);
         let _ = writeln!(
             s,
@@ -157,10 +157,9 @@ fn x_axis(s: &mut String, f: &Frame, p: &Progress) {
         );
         let _ = writeln!(
             s,
-            r#"<text x="{x:.1}" y="{label_y}" text-anchor="middle">{}</text>"#,
-            t as u64
+            r#"<text x="{x:.1}" y="{label_y}" text-anchor="middle">{t}</text>"#
         );
-        if let Some(elapsed) = p.elapsed_at(t as u64) {
+        if let Some(elapsed) = p.elapsed_at(t) {
             let label = format!("+{}", render::duration(elapsed));
             let _ = writeln!(
                 s,
@@ -179,6 +178,13 @@ fn x_axis(s: &mut String, f: &Frame, p: &Progress) {
         s,
         r##"<text x="{fx}" y="{fy}" text-anchor="end" fill="#666666">failed<title>{why}</title></text>"##
     );
+}
+
+/// About eight round iteration numbers, whole ones only (a short goal gets 1, 2, 3).
+pub(super) fn iteration_ticks(first: u64, last: u64) -> Vec<u64> {
+    let step = nice_step((last - first) as f64 / 8.0).max(1.0) as u64;
+    let start = first.div_ceil(step) * step;
+    (start..=last).step_by(step as usize).collect()
 }
 
 /// A dashed horizontal line across the plot at `value`; its label is in the right margin.
@@ -214,7 +220,9 @@ fn dots(s: &mut String, f: &Frame, p: &Progress) {
         let spread = pt.spread_pct.unwrap_or(0.0);
         let x = f.px(pt.iteration);
         if spread > 0.0 {
-            let (hi, lo) = (f.py(v * (1.0 + spread / 100.0)), f.py(v * (1.0 - spread / 100.0)));
+            // As a ratio (× and ÷ 1 + spread): symmetric on the log axis, never below 0.
+            let k = 1.0 + spread / 100.0;
+            let (hi, lo) = (f.py(v * k), f.py(v / k));
             let _ = writeln!(
                 s,
                 r#"<path class="noise" d="M{x:.1} {hi:.1}V{lo:.1}M{a:.1} {hi:.1}h5M{a:.1} {lo:.1}h5" stroke="{DOT}" stroke-opacity="0.6" stroke-width="1"/>"#,
@@ -291,11 +299,8 @@ fn best_band(s: &mut String, f: &Frame, p: &Progress) {
     for (i, step) in p.best.iter().enumerate() {
         let x0 = f.px(step.iteration);
         let x1 = p.best.get(i + 1).map_or(f.px(f.last), |n| f.px(n.iteration));
-        let spread = step.spread_pct.max(0.0) / 100.0;
-        let (top, bottom) = (
-            f.py(step.speedup * (1.0 + spread)),
-            f.py(step.speedup * (1.0 - spread)),
-        );
+        let k = 1.0 + step.spread_pct.max(0.0) / 100.0;
+        let (top, bottom) = (f.py(step.speedup * k), f.py(step.speedup / k));
         let (w, h) = ((x1 - x0).max(1.0), (bottom - top).max(1.0));
         let _ = writeln!(
             s,
@@ -516,6 +521,13 @@ mod tests {
         assert_eq!(axis_label(1.0, 0), "1×");
         assert_eq!(axis_label(1.5, 0), "1.5×");
         assert_eq!(axis_label(32.0, 0), "32×");
+    }
+
+    #[test]
+    fn iteration_ticks_are_whole_and_round() {
+        assert_eq!(iteration_ticks(1, 2), [1, 2]);
+        assert_eq!(iteration_ticks(1, 80), [10, 20, 30, 40, 50, 60, 70, 80]);
+        assert_eq!(iteration_ticks(0, 5), [0, 1, 2, 3, 4, 5]);
     }
 
     /// The y axis' title and its tick labels never share a row; the line labels sit in
