@@ -714,7 +714,10 @@ pub fn gpus(result: &GpusResult, now_ms: u64, paint: Paint) -> String {
 mod tests {
     use super::*;
     use crate::term::strip_ansi;
-    use kerneld::wire::{GpuStatus, LeaseInfo};
+    use kerneld::wire::{
+        AgentSpec, Budget, EvaluationRecord, GpuStatus, LeaseInfo, Resources, ShapeTiming,
+        StopRules,
+    };
 
     pub fn summary(name: &str, state: GoalState, best: Option<f64>) -> GoalSummary {
         GoalSummary {
@@ -915,6 +918,72 @@ mod tests {
         );
         assert!(!line.contains('\n'));
         assert!(line.contains("best 2.00× ±2.5% (iter 9)"));
+    }
+
+    fn detail(interpreted: bool) -> GoalDetail {
+        let timing = |shape: &str| -> ShapeTiming {
+            serde_json::from_value(serde_json::json!({"shape": shape, "median_us": 10.0})).unwrap()
+        };
+        let result = EvalResult {
+            speedup: Some(0.01),
+            correct: true,
+            interpreted,
+            shapes: vec![timing("s16"), timing("s_odd")],
+            ..EvalResult::failure(ResultClass::Ok, "", 1.0)
+        };
+        GoalDetail {
+            summary: summary("demo", GoalState::Running, None),
+            spec: GoalSpec {
+                name: "demo".into(),
+                task: "demo".into(),
+                task_dir: "/k/demo".into(),
+                objective: "geomean_speedup".into(),
+                baseline: "torch_fp32".into(),
+                shapes: vec!["m512".into(), "m1024_k4096".into()],
+                seeds: vec![],
+                budget: Budget::default(),
+                stop: StopRules::default(),
+                agent: AgentSpec {
+                    kind: "search".into(),
+                    settings: serde_json::Value::Null,
+                },
+                resources: Resources {
+                    gpus: 1,
+                    priority: 0,
+                },
+            },
+            recent: vec![EvaluationRecord {
+                iteration: 1,
+                candidate: "abc".into(),
+                seed: "tiled.py".into(),
+                config: serde_json::json!({}),
+                source_hash: None,
+                result,
+                device: None,
+            }],
+        }
+    }
+
+    /// In CPU mode `show` names the smoke shapes that ran, and the goal's for a GPU.
+    #[test]
+    fn show_lists_the_shapes_that_ran() {
+        let line = |text: String| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with("shapes"))
+                .unwrap()
+                .to_string()
+        };
+        let cpu = line(show(&detail(true), Mode::Cpu, Paint::OFF));
+        assert!(
+            cpu.ends_with("s16, s_odd (CPU mode: smoke shapes; on a GPU: m512, m1024_k4096)"),
+            "{cpu}"
+        );
+        let gpu = line(show(&detail(false), Mode::Gpu, Paint::OFF));
+        assert!(gpu.ends_with("  m512, m1024_k4096"), "{gpu}");
+        let mut none_yet = detail(true);
+        none_yet.recent.clear();
+        let early = line(show(&none_yet, Mode::Cpu, Paint::OFF));
+        assert!(early.contains("the task's smoke shapes (CPU mode"), "{early}");
     }
 
     #[test]
