@@ -198,6 +198,7 @@ def main():
             sh = r["shapes"][name]
             rows.append(dict(shape=name, label=r["label"], median_us=med, spread_pct=spread, n=n,
                              gbps=nbytes / med / 1e3, mode=sh["mode"], ns=sh["ns"], host_us=host, graph_us=graph))
+            print(f"    {name} {r['label']} {med:.2f} us (graph {graph:.2f})", flush=True)
         del inp
         torch.cuda.empty_cache()
         print(f"[tune_v2] timed {name} ({time.time() - t_start:.0f}s)", flush=True)
