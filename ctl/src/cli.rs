@@ -153,4 +153,3 @@ pub enum Command {
         out: Option<PathBuf>,
     },
 }
-

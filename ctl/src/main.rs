@@ -556,7 +556,8 @@ fn completions(shell: clap_complete::Shell) -> Result<u8, Failure> {
 /// kernelctl's pages from the clap definition above (kerneld's: `kerneld man`).
 fn man(ctx: &Ctx, out: Option<&Path>) -> Result<u8, Failure> {
     let mut stdout = Vec::new();
-    let files = kerneld::manpage::write(Cli::command(), out, &mut stdout).map_err(Failure::Failed)?;
+    let files =
+        kerneld::manpage::write(Cli::command(), out, &mut stdout).map_err(Failure::Failed)?;
     // The page is what was asked for: printed even with --quiet.
     write_stdout(&String::from_utf8_lossy(&stdout))?;
     if let Some(dir) = out {

@@ -6,8 +6,7 @@
 use std::fmt::Write as _;
 
 pub use crate::term::{
-    clock, datetime, now_ms, terminal_columns, truncate, truncate_visible, width,
-    Paint, Style,
+    clock, datetime, now_ms, terminal_columns, truncate, truncate_visible, width, Paint, Style,
 };
 
 use kerneld::wire::{
@@ -983,7 +982,10 @@ mod tests {
         let mut none_yet = detail(true);
         none_yet.recent.clear();
         let early = line(show(&none_yet, Mode::Cpu, Paint::OFF));
-        assert!(early.contains("the task's smoke shapes (CPU mode"), "{early}");
+        assert!(
+            early.contains("the task's smoke shapes (CPU mode"),
+            "{early}"
+        );
     }
 
     #[test]

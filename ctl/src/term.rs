@@ -247,7 +247,10 @@ mod tests {
         assert_eq!(datetime_in(0, &utc), "1970-01-01 00:00:00");
         assert_eq!(datetime_in(951_782_400_000, &utc), "2000-02-29 00:00:00");
         let berlin = jiff::tz::TimeZone::get("Europe/Berlin").unwrap();
-        assert_eq!(datetime_in(1_796_060_600_000, &berlin), "2026-11-30 18:43:20");
+        assert_eq!(
+            datetime_in(1_796_060_600_000, &berlin),
+            "2026-11-30 18:43:20"
+        );
     }
 
     #[test]

@@ -504,7 +504,9 @@ fn colour_follows_the_flag_no_color_and_clicolor_force() {
     let run = |env: &[(&str, &str)], args: &[&str]| -> String {
         let mut cmd = kernelctl();
         cmd.env_remove("NO_COLOR").env_remove("CLICOLOR_FORCE");
-        cmd.envs(env.iter().copied()).arg("--socket").arg(&fake.socket);
+        cmd.envs(env.iter().copied())
+            .arg("--socket")
+            .arg(&fake.socket);
         let out = cmd.args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         text(&out.stdout)
@@ -512,17 +514,35 @@ fn colour_follows_the_flag_no_color_and_clicolor_force() {
     let coloured = |s: &str| s.contains("\x1b[");
     assert!(!coloured(&run(&[], &["status"])), "a pipe: no colour");
     assert!(coloured(&run(&[("CLICOLOR_FORCE", "1")], &["status"])));
-    assert!(coloured(&run(&[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "")], &["status"])), "an empty NO_COLOR does not count");
-    assert!(!coloured(&run(&[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")], &["status"])));
-    assert!(coloured(&run(&[("NO_COLOR", "1")], &["--color", "always", "status"])));
-    assert!(!coloured(&run(&[("CLICOLOR_FORCE", "1")], &["status", "--color=never"])));
+    assert!(
+        coloured(&run(
+            &[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "")],
+            &["status"]
+        )),
+        "an empty NO_COLOR does not count"
+    );
+    assert!(!coloured(&run(
+        &[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")],
+        &["status"]
+    )));
+    assert!(coloured(&run(
+        &[("NO_COLOR", "1")],
+        &["--color", "always", "status"]
+    )));
+    assert!(!coloured(&run(
+        &[("CLICOLOR_FORCE", "1")],
+        &["status", "--color=never"]
+    )));
     // Coloured or not, the same text.
     let plain = run(&[], &["status"]);
     let forced = run(&[], &["--color", "always", "status"]);
     let stripped = strip_escapes(&forced);
     assert_eq!(stripped, plain);
 
-    let out = kernelctl().args(["--color", "sometimes", "status"]).output().unwrap();
+    let out = kernelctl()
+        .args(["--color", "sometimes", "status"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2), "a bad --color is a usage error");
 }
 
@@ -557,14 +577,20 @@ fn global_options_are_shown_once_and_briefly() {
     }
     assert!(!help.contains("/run/kerneld"), "{help}");
     let main = text(&kernelctl().arg("--help").output().unwrap().stdout);
-    assert!(main.contains("/run/kerneld/kerneld.sock") && main.contains("CLICOLOR_FORCE"), "{main}");
+    assert!(
+        main.contains("/run/kerneld/kerneld.sock") && main.contains("CLICOLOR_FORCE"),
+        "{main}"
+    );
 }
 
 /// `kernelctl man` writes roff from the clap definition: the main page to stdout, every
 /// page with --out, and they say what --help says.
 #[test]
 fn man_pages_come_from_the_clap_definition() {
-    let out = kernelctl().args(["--socket", "/nonexistent.sock", "man"]).output().unwrap();
+    let out = kernelctl()
+        .args(["--socket", "/nonexistent.sock", "man"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let page = text(&out.stdout);
     assert!(page.contains(".TH kernelctl 1"), "{page}");
@@ -576,11 +602,19 @@ fn man_pages_come_from_the_clap_definition() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    for name in ["kernelctl.1", "kernelctl-status.1", "kernelctl-report.1", "kernelctl-man.1"] {
+    for name in [
+        "kernelctl.1",
+        "kernelctl-status.1",
+        "kernelctl-report.1",
+        "kernelctl-man.1",
+    ] {
         assert!(dir.path().join(name).is_file(), "{name} missing");
     }
     let report = std::fs::read_to_string(dir.path().join("kernelctl-report.1")).unwrap();
-    assert!(report.contains(".png") && report.contains(".html"), "{report}");
+    assert!(
+        report.contains(".png") && report.contains(".html"),
+        "{report}"
+    );
 }
 
 /// -o picks the format by extension: PNG (a real image), HTML (chart and table), and a
@@ -610,8 +644,17 @@ fn report_writes_png_and_html_by_extension() {
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("<svg ") && page.contains("<table>"), "{page}");
     fake.methods();
-    let out = fake.run(&["report", "g-1", "-o", dir.path().join("r.jpg").to_str().unwrap()]);
+    let out = fake.run(&[
+        "report",
+        "g-1",
+        "-o",
+        dir.path().join("r.jpg").to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains(".svg, .png or .html"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(".svg, .png or .html"),
+        "{}",
+        text(&out.stderr)
+    );
     assert!(fake.methods().is_empty(), "nothing asked of the daemon");
 }

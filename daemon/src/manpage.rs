@@ -22,8 +22,7 @@ pub fn write(
             .map_err(|e| format!("cannot write the man page to stdout: {e}"))?;
         return Ok(Vec::new());
     };
-    std::fs::create_dir_all(dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let mut written = Vec::new();
     pages(cmd, dir, &mut written)?;
     Ok(written)
@@ -62,7 +61,10 @@ mod tests {
         files.sort();
         assert_eq!(files, [dir.join("tool-run.1"), dir.join("tool.1")]);
         let page = std::fs::read_to_string(dir.join("tool.1")).unwrap();
-        assert!(page.starts_with(".ie \\n(.g .ds Aq") || page.contains(".TH tool 1"), "{page}");
+        assert!(
+            page.starts_with(".ie \\n(.g .ds Aq") || page.contains(".TH tool 1"),
+            "{page}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
         let mut stdout = Vec::new();
         assert!(write(cmd, None, &mut stdout).unwrap().is_empty());

@@ -37,7 +37,10 @@ fn normalise(out: &str, dir: &Path) -> String {
         (r"[▁▂▃▄▅▆▇█▏▎▍▌▋▊▉]+", "▄▄▄"),
     ];
     for (pattern, with) in rules {
-        s = Regex::new(pattern).unwrap().replace_all(&s, *with).into_owned();
+        s = Regex::new(pattern)
+            .unwrap()
+            .replace_all(&s, *with)
+            .into_owned();
     }
     // Column widths follow the widths of the numbers replaced above.
     let spaces = Regex::new(r"(\S) {2,}").unwrap();
@@ -93,7 +96,13 @@ fn what_people_read_matches_the_snapshots() {
     let html_path = dir.path().join("r.html");
     run(&["report", "snap", "-o", html_path.to_str().unwrap()]);
     let html = std::fs::read_to_string(&html_path).unwrap();
-    let table = html.split("<table>").nth(1).unwrap().split("</table>").next().unwrap();
+    let table = html
+        .split("<table>")
+        .nth(1)
+        .unwrap()
+        .split("</table>")
+        .next()
+        .unwrap();
     insta::assert_snapshot!("report_html_bests", normalise(table, dir.path()));
 
     let png_path = dir.path().join("r.png");

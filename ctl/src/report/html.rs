@@ -101,7 +101,10 @@ mod tests {
         assert_eq!(html.matches("<svg ").count(), 1);
         let table = html.split("<table>").nth(1).unwrap();
         assert_eq!(table.matches("<tr>").count(), 1 + 5, "header and 5 bests");
-        assert!(table.contains("12.0×") && table.contains("×1.33"), "{table}");
+        assert!(
+            table.contains("12.0×") && table.contains("×1.33"),
+            "{table}"
+        );
         assert!(html.contains("kernelctl best g -o best.py"));
         assert!(html.trim_end().ends_with("</html>"));
     }

@@ -280,7 +280,6 @@ fn rising(mut steps: Vec<Step>) -> Vec<Step> {
     out
 }
 
-
 #[cfg(test)]
 pub(crate) mod testdata {
     use super::*;
@@ -394,7 +393,6 @@ pub(crate) mod testdata {
             );
         }
     }
-
 }
 
 #[cfg(test)]

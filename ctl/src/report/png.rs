@@ -21,7 +21,11 @@ pub fn png(svg: &str) -> Result<Vec<u8>, String> {
     };
     let tree = resvg::usvg::Tree::from_str(svg, &options)
         .map_err(|e| format!("cannot draw the chart: {e}"))?;
-    let size = tree.size().to_int_size().scale_by(SCALE).ok_or("chart too large")?;
+    let size = tree
+        .size()
+        .to_int_size()
+        .scale_by(SCALE)
+        .ok_or("chart too large")?;
     let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height())
         .ok_or("cannot allocate the picture")?;
     resvg::render(

@@ -180,7 +180,6 @@ pub(super) fn axis_labels(ticks: &[f64]) -> Vec<String> {
     labels_with(6)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -298,7 +298,10 @@ fn best_band(s: &mut String, f: &Frame, p: &Progress) {
     s.push_str("<g class=\"band\">\n");
     for (i, step) in p.best.iter().enumerate() {
         let x0 = f.px(step.iteration);
-        let x1 = p.best.get(i + 1).map_or(f.px(f.last), |n| f.px(n.iteration));
+        let x1 = p
+            .best
+            .get(i + 1)
+            .map_or(f.px(f.last), |n| f.px(n.iteration));
         let k = 1.0 + step.spread_pct.max(0.0) / 100.0;
         let (top, bottom) = (f.py(step.speedup * k), f.py(step.speedup / k));
         let (w, h) = ((x1 - x0).max(1.0), (bottom - top).max(1.0));
@@ -344,12 +347,23 @@ fn best_line(s: &mut String, f: &Frame, p: &Progress) {
 /// Labels of the horizontal lines in the right margin: the best (bold), the target and
 /// the baseline, each at its line's height unless it would touch its neighbour.
 fn margin_labels(s: &mut String, f: &Frame, p: &Progress) {
-    let mut labels: Vec<(f64, String, &str, bool)> = vec![(f.py(1.0), "baseline 1×".into(), BASE, false)];
+    let mut labels: Vec<(f64, String, &str, bool)> =
+        vec![(f.py(1.0), "baseline 1×".into(), BASE, false)];
     if let Some(t) = p.target {
-        labels.push((f.py(t), format!("target {}", render::speedup(t)), TARGET, false));
+        labels.push((
+            f.py(t),
+            format!("target {}", render::speedup(t)),
+            TARGET,
+            false,
+        ));
     }
     if let Some(b) = p.best_now() {
-        labels.push((f.py(b.speedup), format!("best {}", render::speedup(b.speedup)), BEST, true));
+        labels.push((
+            f.py(b.speedup),
+            format!("best {}", render::speedup(b.speedup)),
+            BEST,
+            true,
+        ));
     }
     let ys = spread_apart(&labels.iter().map(|l| l.0).collect::<Vec<_>>());
     let x = RIGHT + 8.0;
@@ -391,15 +405,21 @@ fn legend(s: &mut String) {
     // (the symbol, drawn at x = 0..12, and its text)
     let entries = [
         (
-            format!(r#"<path d="M4 -10V2M1.5 -10h5M1.5 2h5" stroke="{DOT}" stroke-opacity="0.6"/><circle cx="4" cy="-4" r="3.5" fill="{DOT}" stroke="{DOT}" fill-opacity="0.6"/>"#),
+            format!(
+                r#"<path d="M4 -10V2M1.5 -10h5M1.5 2h5" stroke="{DOT}" stroke-opacity="0.6"/><circle cx="4" cy="-4" r="3.5" fill="{DOT}" stroke="{DOT}" fill-opacity="0.6"/>"#
+            ),
             "evaluation ± noise",
         ),
         (
-            format!(r#"<circle cx="4" cy="-4" r="3.5" fill="white" stroke="{DOT}" stroke-width="1.5"/>"#),
+            format!(
+                r#"<circle cx="4" cy="-4" r="3.5" fill="white" stroke="{DOT}" stroke-width="1.5"/>"#
+            ),
             "above the best, within noise",
         ),
         (
-            format!(r#"<rect x="-6" y="-10" width="22" height="12" fill="{BEST}" fill-opacity="0.13"/><line x1="-6" x2="16" y1="-4" y2="-4" stroke="{BEST}" stroke-width="2.5"/>"#),
+            format!(
+                r#"<rect x="-6" y="-10" width="22" height="12" fill="{BEST}" fill-opacity="0.13"/><line x1="-6" x2="16" y1="-4" y2="-4" stroke="{BEST}" stroke-width="2.5"/>"#
+            ),
             "best beyond noise (band: its noise)",
         ),
         (
@@ -454,7 +474,11 @@ mod tests {
             8 + 5 + 2,
             "8 dots, 5 best markers, 2 legend dots"
         );
-        assert_eq!(svg.matches("class=\"noise\"").count(), 8, "whiskers on every dot");
+        assert_eq!(
+            svg.matches("class=\"noise\"").count(),
+            8,
+            "whiskers on every dot"
+        );
         assert!(svg.contains("best beyond noise"));
         assert!(!svg.contains("best so far"));
         assert!(
@@ -546,7 +570,10 @@ mod tests {
         };
         let title_y = ys("axis-title")[0];
         let top_tick = ys("tick").into_iter().fold(f64::INFINITY, f64::min);
-        assert!(top_tick - title_y >= 12.0, "title {title_y}, top tick {top_tick}");
+        assert!(
+            top_tick - title_y >= 12.0,
+            "title {title_y}, top tick {top_tick}"
+        );
         let mut margin = ys("margin-label");
         assert_eq!(margin.len(), 2, "baseline and best");
         margin.sort_by(f64::total_cmp);
@@ -571,6 +598,9 @@ mod tests {
         let svg = svg(&p);
         assert_eq!(svg.matches(r#"class="within-noise""#).count(), 1);
         let band = svg.split("<g class=\"band\">").nth(1).unwrap();
-        assert_eq!(band.split("</g>").next().unwrap().matches("<rect").count(), 1);
+        assert_eq!(
+            band.split("</g>").next().unwrap().matches("<rect").count(),
+            1
+        );
     }
 }

@@ -157,7 +157,6 @@ fn bar(eighths: usize) -> String {
     s
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
