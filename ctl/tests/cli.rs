@@ -426,9 +426,9 @@ fn watch_ends_when_the_goal_completes() {
     assert!(!stdout.contains('\r'), "no redraws off a terminal");
 }
 
-#[test]
-fn report_writes_an_svg() {
-    let events = vec![
+/// A goal's history for the report: a best, a failure, a better best.
+fn report_events() -> Vec<Value> {
+    vec![
         finished(1, 1, Some(1.0)),
         event(
             2,
@@ -446,8 +446,12 @@ fn report_writes_an_svg() {
                 previous: Some(1.0),
             },
         ),
-    ];
-    let fake = Fake::start(move |_| Reply::Ok(Value::Array(events.clone())));
+    ]
+}
+
+#[test]
+fn report_writes_an_svg() {
+    let fake = Fake::start(|_| Reply::Ok(Value::Array(report_events())));
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("progress.svg");
     let out = fake.run(&["report", "g-1", "-o", file.to_str().unwrap()]);
@@ -621,18 +625,7 @@ fn man_pages_come_from_the_clap_definition() {
 /// name it cannot write is refused before the daemon is asked.
 #[test]
 fn report_writes_png_and_html_by_extension() {
-    let events = vec![
-        finished(1, 1, Some(1.0)),
-        event(
-            2,
-            EventKind::NewBest {
-                best: best_summary(1, 1.0),
-                previous: None,
-            },
-        ),
-        finished(3, 2, Some(1.2)),
-    ];
-    let fake = Fake::start(move |_| Reply::Ok(Value::Array(events.clone())));
+    let fake = Fake::start(|_| Reply::Ok(Value::Array(report_events())));
     let dir = tempfile::tempdir().unwrap();
     let png = dir.path().join("r.png");
     let out = fake.run(&["report", "g-1", "-o", png.to_str().unwrap()]);
