@@ -215,6 +215,8 @@ fn within_noise_above(p: &Progress, iteration: u64, v: f64) -> bool {
 /// lies above the best line but within noise of it.
 fn dots(s: &mut String, f: &Frame, p: &Progress) {
     s.push_str("<g class=\"evaluations\">\n");
+    // Smaller dots where there are many: hundreds of evaluations must not merge into a band.
+    let r = (1000.0 / p.points.len().max(1) as f64).clamp(2.2, 3.5);
     for pt in &p.points {
         let Some(v) = pt.speedup else { continue };
         let spread = pt.spread_pct.unwrap_or(0.0);
@@ -250,7 +252,7 @@ fn dots(s: &mut String, f: &Frame, p: &Progress) {
         };
         let _ = writeln!(
             s,
-            r#"<circle cx="{x:.1}" cy="{y:.1}" r="3.5" stroke="{DOT}" {fill}><title>{}</title></circle>"#,
+            r#"<circle cx="{x:.1}" cy="{y:.1}" r="{r:.1}" stroke="{DOT}" {fill}><title>{}</title></circle>"#,
             esc(&tip)
         );
     }

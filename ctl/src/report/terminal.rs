@@ -126,7 +126,8 @@ fn best_bars(p: &Progress, paint: Paint) -> String {
         return String::new();
     };
     const BAR: usize = 40;
-    let mut out = String::from("\nnew bests (iteration, speedup)\n");
+    // The daemon counts a new best only beyond the noise of both measurements.
+    let mut out = String::from("\nnew bests beyond noise (iteration, speedup ± noise)\n");
     let skip = p.best.len().saturating_sub(BEST_ROWS);
     if skip > 0 {
         let _ = writeln!(out, "  … {skip} earlier");
@@ -140,9 +141,10 @@ fn best_bars(p: &Progress, paint: Paint) -> String {
         let painted = paint.paint(&bar, Some(Style::Yellow));
         let _ = writeln!(
             out,
-            "  {:>6}  {painted}{pad}  {}",
+            "  {:>6}  {painted}{pad}  {} {}",
             step.iteration,
-            render::speedup(step.speedup)
+            render::speedup(step.speedup),
+            render::percent(step.spread_pct)
         );
     }
     out
