@@ -11,6 +11,7 @@ mod cli;
 mod client;
 mod failure;
 mod follow;
+mod man;
 mod render;
 mod report;
 mod term;
@@ -400,8 +401,7 @@ fn completions(shell: clap_complete::Shell) -> Result<u8, Failure> {
 /// kernelctl's pages from the clap definition above (kerneld's: `kerneld man`).
 fn man(ctx: &Ctx, out: Option<&Path>) -> Result<u8, Failure> {
     let mut stdout = Vec::new();
-    let files =
-        kerneld::manpage::write(Cli::command(), out, &mut stdout).map_err(Failure::Failed)?;
+    let files = man::write(Cli::command(), out, &mut stdout).map_err(Failure::Failed)?;
     // The page is what was asked for: printed even with --quiet.
     write_stdout(&String::from_utf8_lossy(&stdout))?;
     if let Some(dir) = out {

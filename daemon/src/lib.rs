@@ -11,7 +11,6 @@ pub mod engine;
 pub mod goal;
 pub mod gpu;
 pub mod harness;
-pub mod manpage;
 pub mod paths;
 pub mod projection;
 pub mod reconfigure;

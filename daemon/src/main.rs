@@ -220,16 +220,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// `kerneld man`: the page from this very definition (clap_mangen), to stdout or DIR/kerneld.1.
 fn man(out: Option<&std::path::Path>) -> ExitCode {
-    match kerneld::manpage::write(Cli::command(), out, &mut std::io::stdout()) {
-        Ok(files) => {
-            for f in files {
-                eprintln!("wrote {}", f.display());
-            }
-            ExitCode::SUCCESS
-        }
+    let page = clap_mangen::Man::new(Cli::command().disable_help_subcommand(true))
+        .source(format!("kerneld {}", env!("CARGO_PKG_VERSION")))
+        .manual("kerneld manual");
+    let written = match out {
+        None => page.render(&mut std::io::stdout()),
+        Some(dir) => std::fs::create_dir_all(dir)
+            .and_then(|()| page.generate_to(dir))
+            .map(|path| eprintln!("wrote {}", path.display())),
+    };
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("kerneld: {e}");
+            let place = out.map_or("stdout".into(), |d| d.display().to_string());
+            eprintln!("kerneld: cannot write the man page to {place}: {e}");
             ExitCode::from(1)
         }
     }

@@ -1,5 +1,6 @@
-//! Man pages, made by clap_mangen from the same clap definitions as `--help` and the shell
-//! completions, so the three never disagree. Used by `kerneld man` and `kernelctl man`.
+//! `kernelctl man`: the man pages, made by clap_mangen from the same clap definition as
+//! `--help` and the shell completions, so the three never disagree. (kerneld's own page
+//! comes from `kerneld man`, out of the daemon's definition.)
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
