@@ -109,9 +109,12 @@ fn title(s: &mut String, p: &Progress) {
     if p.interpreted {
         sub.push_str(" · interpreted (CPU mode): not GPU timings");
     }
+    // A long headline (a long name, CPU mode's note) gets a smaller font, not cut off.
+    let room = W - LEFT - 16.0;
+    let size = (12.0 * room / text_width(&sub)).clamp(9.0, 12.0);
     let _ = writeln!(
         s,
-        r##"<text x="{LEFT}" y="52" fill="#666666">{}</text>"##,
+        r##"<text x="{LEFT}" y="52" font-size="{size:.1}" fill="#666666">{}</text>"##,
         esc(&sub)
     );
 }
