@@ -34,7 +34,7 @@ Merge modes ("COMBINE"), as in v2:
             "launch". The interpreter (CTAs run one after another) uses "last" instead.
 With one split (large batches) the kernel writes the final o and lse directly.
 Small problems (at most LAT_GROUPS (batch, head group) pairs, e.g. B=1) may use their own core and split
-length: LAT_CORE, LAT_MIN_SPLIT_TILES.
+length and merge: LAT_CORE, LAT_MIN_SPLIT_TILES, LAT_COMBINE.
 """
 import torch
 import triton
@@ -61,15 +61,20 @@ SPACE = {
     "LAT_GROUPS": [8, 0, 32],         # a problem with at most this many (batch, head group) pairs is "small"
     "LAT_CORE": ["same", "tl", "gluon"],           # core for small problems ("same": CORE)
     "LAT_MIN_SPLIT_TILES": ["same", 1, 2, 4, 8],    # MIN_SPLIT_TILES for small problems
+    "LAT_COMBINE": ["same", "spin", "launch", "last"],  # COMBINE for small problems
     "PF_DIST": [0, 1, 2, 3],          # gluon: also prefetch into L2 the tile this many tiles past the ring's newest
+    "O_STORE": ["rows", "mma"],       # gluon: store o / o_j row by row (through smem) or in the wgmma layout
     "LAUNCH": ["cached", "jit"],      # cached: relaunch the compiled kernel directly (skips the JIT's binder)
 }
 # DEFAULT / BEST: see NOTES.md "v3" (predicted before the first GPU run, then measured).
 DEFAULT = {"CORE": "gluon", "BLOCK_N": 64, "STAGES": 2, "P_VIA": "smem", "BLOCK_H": 64, "num_warps": 8,
            "num_stages": 2, "WAVES": 1, "MIN_SPLIT_TILES": 1, "COMBINE": "spin", "PARTIAL": "input",
-           "MERGE_TILE": 16384, "LAT_GROUPS": 8, "LAT_CORE": "same", "LAT_MIN_SPLIT_TILES": "same", "PF_DIST": 0,
-           "LAUNCH": "cached"}
-BEST = dict(DEFAULT)
+           "MERGE_TILE": 16384, "LAT_GROUPS": 8, "LAT_CORE": "same", "LAT_MIN_SPLIT_TILES": "same", "LAT_COMBINE": "same",
+           "PF_DIST": 0,
+           "O_STORE": "rows", "LAUNCH": "cached"}
+# GPU call 1 (NOTES.md "v3"): the Gluon core for batches, the tl core for B=1 (its spin merge is ~5 µs faster
+# there): geomean 80.8 µs over the goal shapes (v2 BEST: 94.0).
+BEST = dict(DEFAULT, LAT_CORE="tl")
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -117,7 +122,7 @@ def _split_gluon(q_desc_n, q_desc_r, kv_desc_n, kv_desc_r, kv_ptr, scale_ptr, o_
                  cnt_ptr, S, H, NUM_HG, split_len, NS, stride_ob, stride_oh, stride_lb,
                  DL: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
                  STAGES: gl.constexpr, EVEN_N: gl.constexpr, P_SMEM: gl.constexpr, PF_DIST: gl.constexpr,
-                 MODE: gl.constexpr,
+                 COALESCE_O: gl.constexpr, MODE: gl.constexpr,
                  HC: gl.constexpr, DC: gl.constexpr, BLOCK_S: gl.constexpr, ML: gl.constexpr):
     pid_s = gl.program_id(0)          # split index
     pid_g = gl.program_id(1)          # batch * NUM_HG + head group
@@ -165,11 +170,15 @@ def _split_gluon(q_desc_n, q_desc_r, kv_desc_n, kv_desc_r, kv_ptr, scale_ptr, o_
     s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=mma_s)
     offs_n0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_s))
     if PF_DIST > 0:
-        # L2 prefetch: one bulk prefetch per thread, the tile's bytes cut into 256 contiguous chunks
-        # (rows are contiguous in the [B*S, D] view); more bytes in flight than the smem ring holds
-        PF_CHUNK: gl.constexpr = TILE_BYTES // 256
-        pf_offs = gl.arange(0, 256, layout=gl.BlockedLayout([1], [32], [8], [0])) * (PF_CHUNK // 2)
-        pf_size = gl.full([256], PF_CHUNK, gl.int32, layout=gl.BlockedLayout([1], [32], [8], [0]))
+        # L2 prefetch (cp.async.bulk.prefetch.L2): more bytes in flight than the smem ring holds. Rows are
+        # contiguous in the [B*S, D] view, so a tile is one byte range: lane 0 of each of the 8 warps prefetches
+        # an eighth of it (one bulk op per warp, not per thread: the ops queue in the same unit as the TMA loads)
+        PF_BYTES: gl.constexpr = TILE_BYTES // 8
+        pf_lay: gl.constexpr = gl.BlockedLayout([1], [32], [8], [0])
+        pf_t = gl.arange(0, 256, layout=pf_lay)
+        pf_offs = (pf_t // 32) * (PF_BYTES // 2)
+        pf_lane0 = (pf_t % 32 == 0).to(gl.int32)
+        pf_size = gl.full([256], PF_BYTES, gl.int32, layout=pf_lay)
         kv_rows = kv_ptr + row0.to(gl.int64) * (DL + DR)
     if P_SMEM:
         p_smem = gl.allocate_shared_memory(dt, [BLOCK_H, BLOCK_N],
@@ -197,7 +206,7 @@ def _split_gluon(q_desc_n, q_desc_r, kv_desc_n, kv_desc_r, kv_ptr, scale_ptr, o_
                 pf_ok = (pf + 1 < n_tiles).to(gl.int32)
             gl.inline_asm_elementwise(
                 "{ .reg .pred p; setp.ne.b32 p, $3, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-                "=r,l,r,r", [kv_rows + pf * (BLOCK_N * (DL + DR)) + pf_offs, pf_size, pf_ok + pf_size * 0],
+                "=r,l,r,r", [kv_rows + pf * (BLOCK_N * (DL + DR)) + pf_offs, pf_size, pf_lane0 * pf_ok],
                 dtype=gl.int32, is_pure=False, pack=1)
 
         slot = i % STAGES
@@ -228,18 +237,24 @@ def _split_gluon(q_desc_n, q_desc_r, kv_desc_n, kv_desc_r, kv_ptr, scale_ptr, o_
     for i in gl.static_range(STAGES + 1):
         mbarrier.invalidate(bars.index(i))
 
-    offs_h = h0 + gl.arange(0, BLOCK_H, layout=row_o)
-    offs_d = gl.arange(0, DL, layout=gl.SliceLayout(0, mma_o))
     offs_hs = h0 + gl.arange(0, BLOCK_H, layout=row_s)
     o = acc_t / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
+    if COALESCE_O:
+        # the wgmma accumulator layout stores 4-byte pieces of 8 rows per warp instruction (half of every
+        # 32-byte sector); one row per warp instruction instead, through shared memory (the ring is dead now)
+        st: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [8, 1], [1, 0])
+    else:
+        st: gl.constexpr = mma_o
+    offs_h = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, st))
+    offs_d = gl.arange(0, DL, layout=gl.SliceLayout(0, st))
     if MODE == 0:
         gl.store(o_ptr + b * stride_ob + gl.expand_dims(offs_h, 1) * stride_oh + gl.expand_dims(offs_d, 0),
-                 o.to(o_ptr.dtype.element_ty))
+                 gl.convert_layout(o.to(o_ptr.dtype.element_ty), st))
         gl.store(lse_ptr + b * stride_lb + offs_hs, (m_i + gl.log2(l_i)) * LN2)
     else:
         rows = (b * NS + pid_s) * H
         gl.store(op_ptr + gl.expand_dims(rows + offs_h, 1) * DL + gl.expand_dims(offs_d, 0),
-                 o.to(op_ptr.dtype.element_ty))
+                 gl.convert_layout(o.to(op_ptr.dtype.element_ty), st))
         gl.store(lsep_ptr + rows + offs_hs, m_i + gl.log2(l_i))
         if MODE == 3:
             # barrier over the NS CTAs of this group (all resident): arrive with a release RMW, poll with
@@ -504,7 +519,7 @@ def plan(B: int, H: int, S: int, DL: int, DR: int, config: dict, device: torch.d
     # than 256 CTAs and a merge), each split >= MIN_SPLIT_TILES tiles
     max_ns = min(MAX_SPLITS, triton.cdiv(S, BLOCK_N * int(min_tiles)))
     ns = max(1, min((int(cfg["WAVES"]) * n_sm) // groups, max_ns))
-    combine = cfg["COMBINE"]
+    combine = cfg["LAT_COMBINE"] if small and cfg["LAT_COMBINE"] != "same" else cfg["COMBINE"]
     if combine == "last" and use_gluon:
         combine = "launch"            # the Gluon core merges at a barrier or in a second launch
     if combine == "spin":
@@ -529,7 +544,7 @@ def plan(B: int, H: int, S: int, DL: int, DR: int, config: dict, device: torch.d
                 BLOCK_DR=BLOCK_DR, HC=HC, DC=DC, HC2=HC2, DC2=DC2, ML=_merge_layout(BLOCK_S, HC, DC), EVEN_N=(S % BLOCK_N == 0),
                 MASK_D=not (DL == BLOCK_DL and DR == BLOCK_DR),
                 MASK_HD=not (DL == BLOCK_DL and DR == BLOCK_DR and H % BLOCK_H == 0),
-                P_SMEM=cfg["P_VIA"] == "smem", PF_DIST=int(cfg["PF_DIST"]),
+                P_SMEM=cfg["P_VIA"] == "smem", PF_DIST=int(cfg["PF_DIST"]), COALESCE_O=cfg["O_STORE"] == "rows",
                 num_warps=8 if use_gluon else int(cfg["num_warps"]),
                 partial_fp32=cfg["PARTIAL"] == "fp32")
 
@@ -633,7 +648,7 @@ def mla_decode(inputs: dict, out: dict, config: dict) -> None:
             return mla_decode(inputs, out, config)
         args = descs + (kv, scale, o, lse, op, lsep, cnt, S, H, P["NUM_HG"], P["split_len"], ns,
                         o.stride(0), o.stride(2), lse.stride(0),
-                        DL, DR, 64, bn, P["stages"], P["EVEN_N"], P["P_SMEM"], P["PF_DIST"], mode,
+                        DL, DR, 64, bn, P["stages"], P["EVEN_N"], P["P_SMEM"], P["PF_DIST"], P["COALESCE_O"], mode,
                         P["HC"], P["DC"], P["BLOCK_S"], P["ML"])
         _launch(_split_gluon, (ns, groups), args, dict(num_warps=8), ("g", pkey, _spec_key(args[4:])), cached)
     else:

@@ -105,7 +105,7 @@ def main():
             bn = P["BLOCK_N"]
             types.update(kv_ptr="*bf16", q_desc_n=_tensordesc((64, 512)), q_desc_r=_tensordesc((64, 64)),
                          kv_desc_n=_tensordesc((bn, 512)), kv_desc_r=_tensordesc((bn, 64)))
-            ce.update(STAGES=P["stages"], P_SMEM=P["P_SMEM"], PF_DIST=P["PF_DIST"], ML=P["ML"])
+            ce.update(STAGES=P["stages"], P_SMEM=P["P_SMEM"], PF_DIST=P["PF_DIST"], COALESCE_O=P["COALESCE_O"], ML=P["ML"])
             k = _compile(mod._split_gluon, types, ce, 8, 1, gluon=True)
         else:
             k = _compile(split_fn, types, ce, P["num_warps"], P.get("stages", P.get("num_stages")))
