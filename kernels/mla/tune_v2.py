@@ -62,7 +62,7 @@ CONFIGS = [
 # v3: the Gluon core's ring depth / tile size / p path, and the split and merge choices (NOTES.md "v3")
 CONFIGS_V3 = [
     ("v2_best", "v2", {}),
-    ("g64", "v3", {}),
+    ("g64", "v3", {"LAT_CORE": "same"}),
     ("g64_regs", "v3", {"P_VIA": "regs"}),
     ("g32s4", "v3", {"BLOCK_N": 32, "STAGES": 4}),
     ("g32s4_regs", "v3", {"BLOCK_N": 32, "STAGES": 4, "P_VIA": "regs"}),
@@ -76,7 +76,30 @@ CONFIGS_V3 = [
     ("g64_lat_tl", "v3", {"LAT_CORE": "tl"}),
     ("g32s4_split2", "v3", {"BLOCK_N": 32, "STAGES": 4, "MIN_SPLIT_TILES": 2}),
 ]
-CONFIG_SETS = {"v2": (CONFIGS, "v1_best"), "v3": (CONFIGS_V3, "v2_best")}
+# v3b (GPU call 2): around call 1's winner (Gluon core for batches, tl core for B=1): L2 prefetch distance,
+# merge in a second launch for batches, JIT vs cached relaunch, B=1 split / core / merge choices
+LAT_TL = {"LAT_CORE": "tl"}
+CONFIGS_V3B = [
+    ("v2_best", "v2", {}),
+    ("a_mma", "v3", dict(LAT_TL, O_STORE="mma")),        # exactly call 1's winner (g64_lat_tl)
+    ("a", "v3", LAT_TL),
+    ("a_pf1", "v3", dict(LAT_TL, PF_DIST=1)),
+    ("a_pf2", "v3", dict(LAT_TL, PF_DIST=2)),
+    ("a_pf3", "v3", dict(LAT_TL, PF_DIST=3)),
+    ("a_launch", "v3", dict(LAT_TL, COMBINE="launch", LAT_COMBINE="spin")),
+    ("a_launch_pf2", "v3", dict(LAT_TL, COMBINE="launch", LAT_COMBINE="spin", PF_DIST=2)),
+    ("a_pf2_regs", "v3", dict(LAT_TL, PF_DIST=2, P_VIA="regs")),
+    ("a_jit", "v3", dict(LAT_TL, LAUNCH="jit")),
+    ("a_lat_h32", "v3", dict(LAT_TL, BLOCK_H=32, LAT_MIN_SPLIT_TILES=2)),
+    ("a_lat_split2", "v3", dict(LAT_TL, LAT_MIN_SPLIT_TILES=2)),
+    ("g_pf2", "v3", {"LAT_CORE": "gluon", "PF_DIST": 2}),
+    ("g_pf2_m32k", "v3", {"LAT_CORE": "gluon", "PF_DIST": 2, "MERGE_TILE": 32768}),
+    ("g_pf2_latlaunch", "v3", {"LAT_CORE": "gluon", "PF_DIST": 2, "LAT_COMBINE": "launch"}),
+]
+# call 1 ran with BEST == DEFAULT of then (LAT_CORE "same", o stored in the wgmma layout): keep the set as it ran
+CONFIGS_V3 = [(lab, seed, dict({"LAT_CORE": "same", "O_STORE": "mma"} if seed == "v3" else {}, **over))
+              for lab, seed, over in CONFIGS_V3]
+CONFIG_SETS = {"v2": (CONFIGS, "v1_best"), "v3": (CONFIGS_V3, "v2_best"), "v3b": (CONFIGS_V3B, "v2_best")}
 
 
 def full_config(mods, seed, over):
