@@ -211,8 +211,7 @@ mod tests {
     use super::*;
     use crate::render::tests::summary;
     use kerneld::wire::{
-        AgentSpec, Budget, EvaluationRecord, GoalState, Resources, ResultClass, ShapeTiming,
-        StopRules,
+        Budget, EvaluationRecord, GoalState, Resources, ResultClass, ShapeTiming, StopRules,
     };
 
     fn detail(interpreted: bool) -> GoalDetail {
@@ -238,10 +237,11 @@ mod tests {
                 seeds: vec![],
                 budget: Budget::default(),
                 stop: StopRules::default(),
-                agent: AgentSpec {
-                    kind: "search".into(),
-                    settings: serde_json::Value::Null,
-                },
+                // As on the wire: the same on every version of the agent type.
+                agent: serde_json::from_value(
+                    serde_json::json!({"kind": "search", "settings": {}}),
+                )
+                .unwrap(),
                 resources: Resources {
                     gpus: 1,
                     priority: 0,
