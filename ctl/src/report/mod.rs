@@ -273,7 +273,11 @@ fn rising(mut steps: Vec<Step>) -> Vec<Step> {
         .into_iter()
         .filter(|s| s.speedup.is_finite() && s.speedup > 0.0)
     {
-        if out.last().map_or(true, |b| s.speedup > b.speedup) {
+        let raises = match out.last() {
+            Some(b) => s.speedup > b.speedup,
+            None => true,
+        };
+        if raises {
             out.push(s);
         }
     }

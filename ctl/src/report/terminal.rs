@@ -153,7 +153,7 @@ fn best_bars(p: &Progress, paint: Paint) -> String {
 fn bar(eighths: usize) -> String {
     const PARTS: [char; 8] = [' ', '▏', '▎', '▍', '▌', '▋', '▊', '▉'];
     let mut s = "█".repeat(eighths / 8);
-    if eighths % 8 != 0 {
+    if eighths % 8 > 0 {
         s.push(PARTS[eighths % 8]);
     }
     s
