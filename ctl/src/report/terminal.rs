@@ -153,8 +153,9 @@ fn best_bars(p: &Progress, paint: Paint) -> String {
 fn bar(eighths: usize) -> String {
     const PARTS: [char; 8] = [' ', '▏', '▎', '▍', '▌', '▋', '▊', '▉'];
     let mut s = "█".repeat(eighths / 8);
-    if eighths % 8 > 0 {
-        s.push(PARTS[eighths % 8]);
+    let part = eighths % 8;
+    if part > 0 {
+        s.push(PARTS[part]);
     }
     s
 }
