@@ -96,6 +96,41 @@ def test_merge_layout_covers_tile_without_replication():
         assert spt * td <= dc and ts <= bs, (bs, hc, dc)
 
 
+def test_cached_launch_reuses_the_compiled_kernel():
+    """LAUNCH="cached": the first launch of a key goes through the JIT, later ones straight to the compiled
+    kernel, with a three-dim grid and the same arguments (the interpreter never takes this path)."""
+    calls = []
+
+    class Compiled:
+        function = object()
+
+        def __getitem__(self, grid):
+            assert len(grid) == 3, grid        # the compiled launcher indexes grid[2]
+            return lambda *a: calls.append(("compiled", grid, a))
+
+    class Jit:
+        def __getitem__(self, grid):
+            def launch(*a, **opts):
+                calls.append(("jit", grid, a, opts))
+                return Compiled()
+            return launch
+
+    MOD._LAUNCHED.clear()
+    for _ in range(3):
+        MOD._launch(Jit(), (4, 2, 1), (1, "x"), {"num_warps": 8}, ("k", 1), cached=True)
+    MOD._launch(Jit(), (4, 2, 1), (1, "x"), {"num_warps": 8}, ("k", 2), cached=False)
+    assert [c[0] for c in calls] == ["jit", "compiled", "compiled", "jit"]
+    assert calls[1] == ("compiled", (4, 2, 1), (1, "x")) and calls[0][3] == {"num_warps": 8}
+    MOD._LAUNCHED.clear()
+
+
+def test_best_is_what_bench_measured():
+    """BEST is exactly the configuration of the bench.py figures in results/ (GPU call 2)."""
+    import json
+    measured = json.loads((TASK_DIR / "results" / "h200_v3_config.json").read_text())
+    assert measured == MOD.BEST
+
+
 def test_static_rules():
     v = static_violations(V3)
     assert not v, v
