@@ -48,14 +48,17 @@ SPACE = {
     "PREP_STAGES": [1, 2],       # 1: slice loop unrolled (ptxas schedules); 2: tl.range pipelined
     "BVP": [64, 32, 128],        # column slice of W = Tm (.) and U~ = Tm (beta V)
     "AP_DOT": ["tf32", "lowp"],  # A / P dot operands: fp32 via tf32, or bf16 (fp32 in CPU mode)
+    "INV": ["fused", "split"],   # (I + A)^-1 and W / U~ in the A / P program, or in a second launch
+    "INV_WARPS": [4, 8],         # warps of that second launch
     "INV_DOT": ["tf32", "tf32x3"],  # precision of the doubling dots of (I + A)^-1
-    "BV": [32, 16, 64],          # scan: V tile of the state per program (B*H*V/BV programs)
+    "BV": ["auto", 32, 16, 64],  # scan: V tile of the state per program (B*H*V/BV programs);
+                                 # auto: 16 while B*H*V/16 <= 132 (H200 SMs), else 32
     "SCAN_WARPS": [4, 8],
     "SCAN_STAGES": [3, 2, 1],
 }
 BEST = {"C": 64, "BC": 16, "BK": 32, "PREP_WARPS": 4, "MAXNREG": 0, "PREP_STAGES": 1, "BVP": 64,
-        "AP_DOT": "tf32", "INV_DOT": "tf32",
-        "BV": 32, "SCAN_WARPS": 4, "SCAN_STAGES": 3}
+        "AP_DOT": "tf32", "INV": "fused", "INV_WARPS": 4, "INV_DOT": "tf32",
+        "BV": "auto", "SCAN_WARPS": 4, "SCAN_STAGES": 3}
 DEFAULT = dict(BEST)
 
 
@@ -122,17 +125,17 @@ def _ap_slice(qb, kb, gb, q_hat, k_hat, w, gamma, beta_c, rows, valid, blk, k0, 
 
 
 @triton.jit
-def _kda_prep_v3(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma,
+def _kda_prep_v3(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr,
                  T, H, NT, scale,
                  K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr,
                  BK: tl.constexpr, BVP: tl.constexpr, AP_DT: tl.constexpr,
-                 INV_DOT: tl.constexpr, UNROLL: tl.constexpr, STAGES: tl.constexpr):
+                 INV_DOT: tl.constexpr, UNROLL: tl.constexpr, STAGES: tl.constexpr,
+                 SPLIT: tl.constexpr):
     c = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
     out_dt = q_hat.dtype.element_ty
-    LEVELS: tl.constexpr = 6 if C == 64 else (5 if C == 32 else 4)   # log2(C)
     tok0 = ((b * T + c * C) * H + h).to(tl.int64)    # first token row of the chunk in [B*T*H]
     crow0 = ((bh * NT + c) * C).to(tl.int64)         # first row of the chunk in the scratch
     grow0 = (bh * NT + c).to(tl.int64)
@@ -161,20 +164,35 @@ def _kda_prep_v3(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma,
     tl.store(p_mat + crow0 * C + ri * C + cj, tl.where(cj <= ri, acc_p * scale, 0.0).to(out_dt))
     a_mat = tl.where(cj < ri, acc_a * beta_c[:, None], 0.0)
 
-    # (I + A)^-1 by blocked doubling: T_2b = T_b - T_b A_b T_b (exact block forward substitution)
+    if SPLIT:                                        # _kda_inv_wu finishes the chunk
+        tl.store(a_scr + crow0 * C + ri * C + cj, a_mat)
+    else:
+        tl.debug_barrier()                           # the parked rows were written by other threads
+        _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT)
+
+
+@triton.jit
+def _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H,
+            K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BVP: tl.constexpr,
+            INV_DOT: tl.constexpr):
+    """Tm = (I + A)^-1, then W = Tm (beta e^G K) (parked in W's buffer) and U~ = Tm (beta V)."""
+    LEVELS: tl.constexpr = 6 if C == 64 else (5 if C == 32 else 4)   # log2(C)
+    out_dt = w.dtype.element_ty
+    rows = tl.arange(0, C)
+    ri = rows[:, None]
+    cj = rows[None, :]
+    # blocked doubling: T_2b = T_b - T_b A_b T_b, A_b coupling each odd b-block to the even one
+    # before it inside a 2b-block (exact block forward substitution; T_1 = I)
     t_mat = (ri == cj).to(tl.float32)
     for lvl in tl.static_range(0, LEVELS):
         bsz = 1 << lvl
         couple = ((ri // (2 * bsz)) == (cj // (2 * bsz))) & ((ri // bsz) % 2 == 1) & ((cj // bsz) % 2 == 0)
         a_b = tl.where(couple, a_mat, 0.0)
         if lvl == 0:
-            t_mat = t_mat - a_b                      # T_1 = I
+            t_mat = t_mat - a_b
         else:
             y = tl.dot(a_b, t_mat, input_precision=INV_DOT)
             t_mat = t_mat - tl.dot(t_mat, y, input_precision=INV_DOT)
-
-    # W = Tm (beta e^G K) (the right side was parked in W's buffer), U~ = Tm (beta V)
-    tl.debug_barrier()                               # the parked rows were written by other threads
     t_lp = t_mat.to(out_dt)
     for n0 in tl.static_range(0, K, BVP):
         nc = n0 + tl.arange(0, BVP)
@@ -188,6 +206,24 @@ def _kda_prep_v3(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma,
         vs = tl.load(vb + ri * (H * V) + nc[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
         u_s = tl.dot(t_lp, (beta_c[:, None] * vs).to(out_dt))
         tl.store(u_tilde + crow0 * V + ri * V + nc[None, :], u_s.to(out_dt))
+
+
+@triton.jit
+def _kda_inv_wu(v, beta, a_scr, w, u_tilde, T, H, NT,
+                K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BVP: tl.constexpr,
+                INV_DOT: tl.constexpr):
+    """INV = "split": the inverse and W / U~ in their own launch (fewer registers per program)."""
+    c = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    tok0 = ((b * T + c * C) * H + h).to(tl.int64)
+    crow0 = ((bh * NT + c) * C).to(tl.int64)
+    rows = tl.arange(0, C)
+    valid = c * C + rows < T
+    beta_c = tl.load(beta + tok0 + rows * H, mask=valid, other=0.0).to(tl.float32)
+    a_mat = tl.load(a_scr + crow0 * C + rows[:, None] * C + rows[None, :])
+    _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT)
 
 
 @triton.jit
@@ -256,7 +292,8 @@ def buffers(q, v, cfg):
     def e(rows, cols, dt=q.dtype):
         return torch.empty((rows, cols), device=q.device, dtype=dt)
     return dict(q_hat=e(n * C, K), k_hat=e(n * C, K), w=e(n * C, K), u_tilde=e(n * C, V),
-                p_mat=e(n * C, C), gamma=e(n, K, torch.float32))
+                p_mat=e(n * C, C), gamma=e(n, K, torch.float32),
+                a_scr=e(n * C, C, torch.float32) if cfg["INV"] == "split" else None)
 
 
 def prep(q, k, v, g, beta, buf, cfg):
@@ -264,18 +301,34 @@ def prep(q, k, v, g, beta, buf, cfg):
     V = v.shape[-1]
     C = cfg["C"]
     NT = triton.cdiv(T, C)
+    split = cfg["INV"] == "split"
     _kda_prep_v3[(NT, B * H)](
         q, k, v, g, beta, buf["q_hat"], buf["k_hat"], buf["w"], buf["u_tilde"], buf["p_mat"],
-        buf["gamma"], T, H, NT, K ** -0.5,
-        K=K, V=V, C=C, BC=cfg["BC"], BK=min(cfg["BK"], K), BVP=min(cfg["BVP"], K, V),
+        buf["gamma"], buf["a_scr"] if split else buf["gamma"], T, H, NT, K ** -0.5,
+        K=K, V=V, C=C, BC=cfg["BC"], BK=min(cfg["BK"], K), BVP=min(cfg["BVP"], K, V), SPLIT=split,
         **prep_args(q, cfg), **prep_launch(cfg))
+    if split:
+        inv_wu(v, beta, buf, cfg)
+
+
+def inv_wu(v, beta, buf, cfg):
+    """INV = "split": the second launch of the preparation ((I + A)^-1, W, U~)."""
+    B, T, H, V = v.shape
+    K, C = buf["w"].shape[1], cfg["C"]
+    NT = triton.cdiv(T, C)
+    _kda_inv_wu[(NT, B * H)](
+        v, beta, buf["a_scr"], buf["w"], buf["u_tilde"], T, H, NT, K=K, V=V, C=C,
+        BVP=min(cfg["BVP"], K, V), INV_DOT=cfg["INV_DOT"], num_warps=cfg["INV_WARPS"])
 
 
 def scan(q, v, h0, buf, out, cfg):
     B, T, H, K = q.shape
     V = v.shape[-1]
     C = cfg["C"]
-    BV = min(cfg["BV"], V)
+    BV = cfg["BV"]
+    if BV == "auto":     # one V tile of 16 per program while B*H*V/16 programs fit the 132 SMs
+        BV = 16 if B * H * (V // 16) <= 132 else 32
+    BV = min(BV, V)
     has_h0 = h0 is not None
     _kda_scan[(V // BV, B * H)](
         buf["q_hat"], buf["k_hat"], buf["w"], buf["u_tilde"], buf["p_mat"], buf["gamma"],
