@@ -89,7 +89,10 @@ def _ap_slice(qb, kb, gb, q_hat, k_hat, w, gamma, beta_c, rows, valid, blk, k0, 
     beta3 = tl.reshape(beta_c, [NB, BC, 1])
     s_in = tl.cumsum(gs, axis=1)                     # in-block inclusive prefix, <= 0
     tot = tl.sum(gs, axis=1)                         # [NB, BK] block totals
-    p_ex = tl.cumsum(tot, axis=0) - tot              # [NB, BK] G just before each block (<= 0)
+    # [NB, BK] G just before each block: a masked sum of the EARLIER blocks' totals only
+    # (cumsum(tot) - tot would add block r's own later rows and subtract them again: the rounding
+    # leaked gates after row i into row i, caught by the GPU causality check in run 5)
+    p_ex = tl.sum(tl.where(nb[None, :, None] < nb[:, None, None], tot[None, :, :], 0.0), axis=1)
     g_last = tl.sum(tot, axis=0)                     # [BK] G at the chunk's last (valid) row
     p_nx = p_ex + tot                                # [NB, BK] G at each block's last row
     # every exp of the slice from three tiles, each factor <= 1 except e_dg (<= e^{BC * 5}):
@@ -112,7 +115,7 @@ def _ap_slice(qb, kb, gb, q_hat, k_hat, w, gamma, beta_c, rows, valid, blk, k0, 
     qr = qs * e_in
     k_dg = ks * e_dg
     for r in tl.static_range(NB):
-        p_r = tl.sum(tl.where(nb[:, None] < r, tot, 0.0), axis=0)            # [BK] = G before block r
+        p_r = tl.sum(tl.where(nb[:, None] == r, p_ex, 0.0), axis=0)           # [BK] = p_ex[r], exact pick
         f_r = tl.exp2(tl.where(nb[:, None] < r, p_r[None, :] - p_nx, float("-inf")))   # [NB, BK]
         y = tl.where(b3 == r, k_dg, k_rv * f_r[:, None, :])
         y_t = tl.trans(tl.reshape(y.to(AP_DT), [C, BK]))                     # [BK, C]
