@@ -50,7 +50,9 @@ SPACE = {
     "AP_DOT": ["tf32", "lowp"],  # A / P dot operands: fp32 via tf32, or bf16 (fp32 in CPU mode)
     "INV": ["fused", "split"],   # (I + A)^-1 and W / U~ in the A / P program, or in a second launch
     "INV_WARPS": [4, 8],         # warps of that second launch
-    "INV_DOT": ["tf32", "tf32x3"],  # precision of the doubling dots of (I + A)^-1
+    "INV_DOT": ["tf32", "tf32x3"],
+    "INV_ALGO": ["doubling", "neumann"],  # blocked doubling (exact forward substitution), or the
+                                 # Neumann product (shorter dependent chain; not measured yet)  # precision of the doubling dots of (I + A)^-1
     "BV": ["auto", 32, 16, 64],  # scan: V tile of the state per program (B*H*V/BV programs);
                                  # auto: 16 while B*H*V/16 <= 132 (H200 SMs), else 32
     "SCAN_WARPS": [4, 8],
@@ -58,6 +60,7 @@ SPACE = {
 }
 BEST = {"C": 64, "BC": 16, "BK": 32, "PREP_WARPS": 4, "MAXNREG": 0, "PREP_STAGES": 1, "BVP": 64,
         "AP_DOT": "tf32", "INV": "fused", "INV_WARPS": 4, "INV_DOT": "tf32",
+        "INV_ALGO": "doubling",
         "BV": "auto", "SCAN_WARPS": 4, "SCAN_STAGES": 3}
 DEFAULT = dict(BEST)
 
@@ -133,7 +136,7 @@ def _kda_prep_v3(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr
                  K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr,
                  BK: tl.constexpr, BVP: tl.constexpr, AP_DT: tl.constexpr,
                  INV_DOT: tl.constexpr, UNROLL: tl.constexpr, STAGES: tl.constexpr,
-                 SPLIT: tl.constexpr):
+                 SPLIT: tl.constexpr, INV_ALGO: tl.constexpr):
     c = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -171,13 +174,13 @@ def _kda_prep_v3(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr
         tl.store(a_scr + crow0 * C + ri * C + cj, a_mat)
     else:
         tl.debug_barrier()                           # the parked rows were written by other threads
-        _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT)
+        _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT, INV_ALGO)
 
 
 @triton.jit
 def _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H,
             K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BVP: tl.constexpr,
-            INV_DOT: tl.constexpr):
+            INV_DOT: tl.constexpr, INV_ALGO: tl.constexpr):
     """Tm = (I + A)^-1, then W = Tm (beta e^G K) (parked in W's buffer) and U~ = Tm (beta V)."""
     LEVELS: tl.constexpr = 6 if C == 64 else (5 if C == 32 else 4)   # log2(C)
     out_dt = w.dtype.element_ty
@@ -186,16 +189,27 @@ def _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H,
     cj = rows[None, :]
     # blocked doubling: T_2b = T_b - T_b A_b T_b, A_b coupling each odd b-block to the even one
     # before it inside a 2b-block (exact block forward substitution; T_1 = I)
-    t_mat = (ri == cj).to(tl.float32)
-    for lvl in tl.static_range(0, LEVELS):
-        bsz = 1 << lvl
-        couple = ((ri // (2 * bsz)) == (cj // (2 * bsz))) & ((ri // bsz) % 2 == 1) & ((cj // bsz) % 2 == 0)
-        a_b = tl.where(couple, a_mat, 0.0)
-        if lvl == 0:
-            t_mat = t_mat - a_b
-        else:
-            y = tl.dot(a_b, t_mat, input_precision=INV_DOT)
-            t_mat = t_mat - tl.dot(t_mat, y, input_precision=INV_DOT)
+    eye = (ri == cj).to(tl.float32)
+    if INV_ALGO == "neumann":
+        # (I + A)^-1 = prod_k (I + (-A)^(2^k)) (A^C = 0): the same 10 dots, but the squarings and
+        # the products form two independent chains (depth 6 instead of 10); exact in exact
+        # arithmetic, it cancels large terms when |A| is not small (correlated keys): not BEST
+        a_pow = -a_mat
+        t_mat = eye + a_pow
+        for _lvl in tl.static_range(1, LEVELS):
+            a_pow = tl.dot(a_pow, a_pow, input_precision=INV_DOT)
+            t_mat = tl.dot(t_mat, eye + a_pow, input_precision=INV_DOT)
+    else:
+        t_mat = eye
+        for lvl in tl.static_range(0, LEVELS):
+            bsz = 1 << lvl
+            couple = ((ri // (2 * bsz)) == (cj // (2 * bsz))) & ((ri // bsz) % 2 == 1) & ((cj // bsz) % 2 == 0)
+            a_b = tl.where(couple, a_mat, 0.0)
+            if lvl == 0:
+                t_mat = t_mat - a_b
+            else:
+                y = tl.dot(a_b, t_mat, input_precision=INV_DOT)
+                t_mat = t_mat - tl.dot(t_mat, y, input_precision=INV_DOT)
     t_lp = t_mat.to(out_dt)
     for n0 in tl.static_range(0, K, BVP):
         nc = n0 + tl.arange(0, BVP)
@@ -214,7 +228,7 @@ def _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H,
 @triton.jit
 def _kda_inv_wu(v, beta, a_scr, w, u_tilde, T, H, NT,
                 K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BVP: tl.constexpr,
-                INV_DOT: tl.constexpr):
+                INV_DOT: tl.constexpr, INV_ALGO: tl.constexpr):
     """INV = "split": the inverse and W / U~ in their own launch (fewer registers per program)."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
@@ -226,7 +240,7 @@ def _kda_inv_wu(v, beta, a_scr, w, u_tilde, T, H, NT,
     valid = c * C + rows < T
     beta_c = tl.load(beta + tok0 + rows * H, mask=valid, other=0.0).to(tl.float32)
     a_mat = tl.load(a_scr + crow0 * C + rows[:, None] * C + rows[None, :])
-    _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT)
+    _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT, INV_ALGO)
 
 
 @triton.jit
@@ -275,7 +289,7 @@ def prep_args(q, cfg):
     lowp_ok = q.dtype == torch.bfloat16           # fp16 cannot hold the e^80 column factors
     ap = tl.bfloat16 if (cfg["AP_DOT"] == "lowp" and lowp_ok) else tl.float32
     return dict(AP_DT=ap, INV_DOT=cfg["INV_DOT"], UNROLL=cfg["PREP_STAGES"] == 1,
-                STAGES=cfg["PREP_STAGES"])
+                STAGES=cfg["PREP_STAGES"], INV_ALGO=cfg["INV_ALGO"])
 
 
 def prep_launch(cfg):
@@ -321,7 +335,8 @@ def inv_wu(v, beta, buf, cfg):
     NT = triton.cdiv(T, C)
     _kda_inv_wu[(NT, B * H)](
         v, beta, buf["a_scr"], buf["w"], buf["u_tilde"], T, H, NT, K=K, V=V, C=C,
-        BVP=min(cfg["BVP"], K, V), INV_DOT=cfg["INV_DOT"], num_warps=cfg["INV_WARPS"])
+        BVP=min(cfg["BVP"], K, V), INV_DOT=cfg["INV_DOT"], INV_ALGO=cfg["INV_ALGO"],
+        num_warps=cfg["INV_WARPS"])
 
 
 def scan(q, v, h0, buf, out, cfg):

@@ -64,6 +64,8 @@ def test_v3_strong_gates_at_the_bound():
     {"INV": "split", "BK": 16, "BV": 16},
     {"INV": "split", "INV_WARPS": 8, "PREP_STAGES": 2, "AP_DOT": "lowp"},
     {"BVP": 32, "INV_DOT": "tf32x3", "BV": 32, "PREP_WARPS": 8, "MAXNREG": 168},
+    {"INV_ALGO": "neumann"},
+    {"INV_ALGO": "neumann", "INV": "split"},
 ])
 def test_v3_configs(cfg):
     inp = task.make_inputs(shape(B=1, T=130, K=32, V=32, gate="strong", h0=True), 9, "cpu", torch.float16)
