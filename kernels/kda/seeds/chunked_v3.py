@@ -11,29 +11,40 @@ inclusive cumsum of g, G <= 0, decreasing down the chunk; scale = 1/sqrt(K)):
   scan over chunks, S the state at the chunk's start (v1's `_kda_scan`, unchanged):
     U = U~ - W S ;  O = Q^ S + P U ;  S <- gamma * S + K^^T U
 
+Measured (H200, bench.py, run 5; README): 449.7 / 765.3 / 1489.8 / 1487.0 us at b1_t8192_h16 /
+b1_t8192_h32 / b8_t4096_h16 / b2_t16384_h16, 1.29-1.33x FLA's CUDA-graph time; at b1_t8192_h16
+the preparation takes 306 us and the scan 136 (BV = 16).
+
 Why v1 / v2 were slow (589 / ~630 us of prep at b1_t8192_h16, 2048 chunks): ~73-80 k warp
 instructions per chunk, most of them per-sub-block bookkeeping (16-row dots with layout
 conversions, row extractions, a block forward substitution through L2 scratch), at 8-16 resident
-warps per SM. v3 keeps every matrix operation at M = 64 (wgmma) and pays for it in tensor FLOPs,
-which are nearly free here (~4 M FMA per chunk against ~2 k FMA/clk per SM):
+warps per SM. v3 (~33 k) keeps every matrix operation at M = 64 (wgmma) and pays for it in tensor
+FLOPs, which are nearly free here (~4 M FMA per chunk against ~2 k FMA/clk per SM):
 
+  * Tiles [NB, BC, BK]: in-block prefix sums (16 rows) plus p_r = G just before block r, a masked
+    sum of the earlier blocks' totals, a [BK] vector per block (no row extractions). Gates in
+    log2 units: every exp is one ex2.approx.ftz (tl.exp2).
   * A and P in one accumulator each: for every row block r, the masked row tile
-    X_r = [rows of block r] (k or q) * exp(G - G_r0) times the column tile
-    Y_r = k * exp(G_r0 - G) restricted to columns j < r0 + BC (masked to -inf BEFORE exp), so
-    A += X_r Y_r^T over r = 0..NB-1 and K slices (4x the useful dot FLOPs, no extraction).
-  * G_r0 (G at block r's first row) by a one-hot row sum (exact: one nonzero term).
+    X_r = [rows of block r] (k or q) * exp(G - p_r) times the column tile Y_r = k * exp(p_r - G)
+    over columns j < (r+1) BC, so A += X_r Y_r^T over r and K slices (4x the useful dot FLOPs, no
+    extraction). Y_r is built from two shared tiles, exp(p_s - G) for j in block r = s and
+    exp(G_end(s) - G) * exp(p_r - G_end(s)) for j in an earlier block s (a [BK] factor per (r, s)).
   * (I + A)^-1 by blocked doubling on tensor cores: T_1 = I; T_2b = T_b - T_b (A_b T_b), with A_b
     the part of A coupling odd b-blocks to the even b-block before them inside each 2b-block
-    (b = 1, 2, ..., C/2): this is exact block forward substitution, 2 C x C dots per level.
-  * W and U~ as C x C by C x 64 dots of the bf16 Tm (beta exp(G) K parked in W's buffer).
+    (b = 1, 2, ..., C/2): this is exact block forward substitution, 2 C x C dots per level
+    (INV_ALGO = "neumann": the product form, a shorter chain, not measured).
+  * W and U~ as C x C by C x 64 dots of the bf16 Tm (beta exp(G) K parked in W's buffer); with
+    INV = "split" the inverse and W / U~ run in a second launch (measured slower).
 
 Numerics (per-step g >= -5 as the task's gates; fp32 and bf16 hold e^{+-88}):
-  exp(G_i - G_j) = exp(G_i - G_r0) * exp(G_r0 - G_j) with r0 the first row of i's block: the row
-  factor is <= 1; the column factor is <= 1 for j < r0 and <= e^{(BC-1)*5} = e^75 inside the block
-  (safe for g >= -5.8); columns after the block are masked before exp, later rows of other blocks
-  are zero rows. Every G_i is a prefix sum of rows <= i and G_r0 is a row <= i: no gate after row i
-  reaches row i (causality bit-exact). In CPU mode (fp16 inputs: no bf16 in the interpreter),
-  "lowp" A / P operands are fp32, since fp16 cannot hold e^75.
+  exp(G_i - G_j) = exp(G_i - p_r) * exp(p_r - G_j), p_r = G before i's block r: the row factor is
+  <= 1; the column factor is a product of factors <= 1 for j before block r (an underflow only
+  drops a term below 2^-126) and <= e^{BC*5} = e^80 inside the block (safe for g >= -5.5);
+  later blocks are zero columns, later rows of block r are masked after the dot. Every G_i is a
+  prefix sum of rows <= i and p_r a sum of rows < r0: no gate after row i reaches row i
+  (causality bit-exact; an earlier p_r = cumsum(totals) - total added block r's later rows and
+  subtracted them again, and the GPU check caught the rounding, run 5). In CPU mode (fp16
+  inputs: no bf16 in the interpreter), "lowp" A / P operands are fp32: fp16 cannot hold e^80.
 """
 import torch
 import triton
@@ -41,7 +52,7 @@ import triton.language as tl
 
 SPACE = {
     "C": [64],                   # chunk length (tokens per scan step)
-    "BC": [16],                  # sub-block of the exp split (e^{(BC-1) * 5} must fit fp32)
+    "BC": [16],                  # sub-block of the exp split (e^{BC * 5} must fit fp32 and bf16)
     "BK": [32, 16, 64],          # K slice of the A / P pass
     "PREP_WARPS": [4, 8],
     "MAXNREG": [0, 168],         # ptxas register cap of the preparation (168: 3 programs of 4 warps/SM)
