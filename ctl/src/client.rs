@@ -9,7 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kerneld::wire::{self, EventsParams, Request, Response, RpcError};
+use kerneld_protocol::wire::{self, EventsParams, Request, Response, RpcError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;

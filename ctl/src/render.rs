@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use kerneld::wire::{
+use kerneld_protocol::wire::{
     BestSummary, EvalResult, Event, EventKind, GoalDetail, GoalSpec, GoalState, GoalSummary,
     GpusResult, Health, ResultClass,
 };
@@ -891,7 +891,7 @@ pub fn gpus(result: &GpusResult, now_ms: u64, paint: Paint) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kerneld::wire::{GpuStatus, LeaseInfo};
+    use kerneld_protocol::wire::{GpuStatus, LeaseInfo};
 
     pub fn summary(name: &str, state: GoalState, best: Option<f64>) -> GoalSummary {
         GoalSummary {

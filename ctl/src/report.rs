@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use kerneld::wire::{Event, EventKind, GoalState, ResultClass};
+use kerneld_protocol::wire::{Event, EventKind, GoalState, ResultClass};
 use serde::Serialize;
 
 use crate::render::{self, Paint, Style};
@@ -829,7 +829,7 @@ fn bar(eighths: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kerneld::wire::{BestSummary, EvalResult};
+    use kerneld_protocol::wire::{BestSummary, EvalResult};
 
     fn finished(seq: u64, iteration: u64, speedup: Option<f64>) -> Event {
         let result = match speedup {

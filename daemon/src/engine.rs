@@ -240,10 +240,6 @@ impl Engine {
         Ok(engine)
     }
 
-    pub fn mode(&self) -> &'static str {
-        self.devices.mode()
-    }
-
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.events.subscribe()
     }

@@ -16,6 +16,9 @@ use std::path::{Component, Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
+pub use kerneld_protocol::seeds::{local_seed_files, seed_refs, MAX_SEED_BYTES};
+use kerneld_protocol::seeds::OneOrMany;
+
 use crate::task::Task;
 use crate::wire::{AgentSpec, Budget, GoalSpec, Resources, SeedSource, StopRules};
 
@@ -42,8 +45,6 @@ const COMMAND_KEYS: &[&str] = &["kind", "command", "timeout", "context_bytes"];
 pub const CONTEXT_BYTES: std::ops::RangeInclusive<i64> = 1024..=1024 * 1024;
 /// Bounds of `agent.temperature`, as OpenAI-compatible endpoints accept it.
 pub const TEMPERATURE: std::ops::RangeInclusive<f64> = 0.0..=2.0;
-/// Largest seed file sent with a goal.
-pub const MAX_SEED_BYTES: u64 = 1 << 20;
 /// Longest duration accepted (ten years): far beyond any budget, and safe to turn into ms.
 pub const MAX_DURATION_S: u64 = 3650 * 86_400;
 
@@ -94,13 +95,6 @@ struct RawGoal {
     agent: Option<RawAgent>,
     #[serde(default)]
     resources: RawResources,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum OneOrMany {
-    One(String),
-    Many(Vec<String>),
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -230,56 +224,6 @@ pub fn parse_duration(text: &str) -> Result<u64, String> {
         return Err("a duration must be longer than 0s".into());
     }
     Ok(total)
-}
-
-/// The seeds a goal file names, as written (empty when it names none or does not parse):
-/// what `kernelctl` reads and sends, so it needs no TOML code of its own.
-pub fn seed_refs(text: &str) -> Vec<String> {
-    #[derive(Deserialize)]
-    struct Seeds {
-        seed: Option<OneOrMany>,
-    }
-    match toml::from_str::<Seeds>(text).ok().and_then(|s| s.seed) {
-        Some(OneOrMany::One(one)) => vec![one],
-        Some(OneOrMany::Many(many)) => many,
-        None => Vec::new(),
-    }
-}
-
-/// For the client, with the user's own rights: the seeds the goal file at `goal_file`
-/// names that exist next to it (or at their absolute path) and are readable, keyed by
-/// the seed as written. Seeds found nowhere are left to the daemon (the task's own
-/// seeds); a seed too large or not text is an error naming the file.
-pub fn local_seed_files(goal_file: &Path, text: &str) -> Result<BTreeMap<String, String>, String> {
-    let goal_dir = goal_file.parent().unwrap_or(Path::new("."));
-    let mut files = BTreeMap::new();
-    for seed in seed_refs(text) {
-        let path = goal_dir.join(&seed);
-        let Ok(meta) = std::fs::metadata(&path) else {
-            continue;
-        };
-        if !meta.is_file() {
-            continue;
-        }
-        if meta.len() > MAX_SEED_BYTES {
-            return Err(format!(
-                "seed {} is {} bytes; a seed may be at most {MAX_SEED_BYTES} bytes",
-                path.display(),
-                meta.len()
-            ));
-        }
-        match std::fs::read_to_string(&path) {
-            Ok(source) => {
-                files.insert(seed, source);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                return Err(format!("seed {} is not UTF-8 text", path.display()))
-            }
-            // Unreadable for this user: the daemon says where it looked.
-            Err(_) => {}
-        }
-    }
-    Ok(files)
 }
 
 /// A seed inside the task's directory (or its seeds/ folder). Only plain relative names

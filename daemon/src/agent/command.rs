@@ -301,10 +301,6 @@ pub fn workdir_files(
 }
 
 impl Agent for CommandAgent {
-    fn name(&self) -> &'static str {
-        "command"
-    }
-
     fn slow(&self) -> bool {
         true
     }

@@ -142,10 +142,6 @@ fn fenced<'a>(text: &'a str, lang: &str) -> Option<&'a str> {
 }
 
 impl Agent for LlmAgent {
-    fn name(&self) -> &'static str {
-        "llm"
-    }
-
     fn slow(&self) -> bool {
         true
     }

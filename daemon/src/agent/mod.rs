@@ -137,7 +137,6 @@ pub struct Proposal {
 }
 
 pub trait Agent: Send + Sync {
-    fn name(&self) -> &'static str;
     /// True for agents that take long (an external program, a remote model): the engine
     /// then proposes without holding the log's commit lock, on a blocking thread.
     fn slow(&self) -> bool {

@@ -190,10 +190,6 @@ fn rng_for(goal: &str, iteration: u64) -> StdRng {
 }
 
 impl Agent for SearchAgent {
-    fn name(&self) -> &'static str {
-        "search"
-    }
-
     fn propose(
         &self,
         goal: &GoalProjection,
