@@ -506,7 +506,8 @@ fn enqueue(ctx: &Ctx, file: &Path, unique: bool) -> Result<u8, Failure> {
         .unwrap_or_else(|_| file.to_path_buf());
     // Seeds next to the goal file are read here, with the user's own rights: the daemon
     // reads no user-named file outside its installed tasks.
-    let files = kerneld_protocol::seeds::local_seed_files(&path, &source).map_err(Failure::Failed)?;
+    let files =
+        kerneld_protocol::seeds::local_seed_files(&path, &source).map_err(Failure::Failed)?;
     let params = EnqueueParams {
         path: path.to_string_lossy().into_owned(),
         source,

@@ -16,8 +16,8 @@ use std::path::{Component, Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
-pub use kerneld_protocol::seeds::{local_seed_files, seed_refs, MAX_SEED_BYTES};
 use kerneld_protocol::seeds::OneOrMany;
+pub use kerneld_protocol::seeds::{local_seed_files, seed_refs, MAX_SEED_BYTES};
 
 use crate::task::Task;
 use crate::wire::{AgentSpec, Budget, GoalSpec, Resources, SeedSource, StopRules};

@@ -75,4 +75,3 @@ pub fn local_seed_files(goal_file: &Path, text: &str) -> Result<BTreeMap<String,
     }
     Ok(files)
 }
-
