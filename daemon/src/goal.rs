@@ -20,15 +20,13 @@ use kerneld_protocol::seeds::OneOrMany;
 pub use kerneld_protocol::seeds::{local_seed_files, seed_refs, MAX_SEED_BYTES};
 
 use crate::task::Task;
-use crate::wire::{AgentSpec, Budget, GoalSpec, Resources, SeedSource, StopRules};
+use crate::wire::{
+    AgentKind, AgentSpec, Budget, CommandSettings, GoalSpec, LlmSettings, Resources,
+    SearchSettings, SeedSource, StopRules,
+};
 
 /// The objectives a goal may name.
 pub const OBJECTIVES: &[&str] = &["geomean_speedup"];
-/// The agents a goal file may name (SPEC section 7) ...
-pub const AGENTS: &[&str] = &["search", "llm", "command"];
-/// ... and those this build can run (`agent::for_goal`); a goal naming another is refused
-/// at enqueue rather than failing later.
-pub const AVAILABLE_AGENTS: &[&str] = &["search", "llm", "command"];
 /// The `[agent]` keys each kind accepts.
 const SEARCH_KEYS: &[&str] = &["kind", "context_bytes"];
 const LLM_KEYS: &[&str] = &[
@@ -635,34 +633,23 @@ fn parse_agent(
     requester: &Requester,
 ) -> Result<AgentSpec, GoalError> {
     let Some(raw) = raw else {
-        return Ok(AgentSpec {
-            kind: "search".into(),
-            settings: serde_json::Value::Object(Default::default()),
-        });
+        return Ok(AgentSpec::default());
     };
-    let kind = raw.kind.get_ref().as_str();
-    if !AGENTS.contains(&kind) {
+    let Some(kind) = AgentKind::parse(raw.kind.get_ref()) else {
+        let kinds: Vec<&str> = AgentKind::ALL.iter().map(|k| k.as_str()).collect();
         return Err(cx.err(
             raw.kind.span(),
             format!(
-                "unknown agent kind `{kind}`; expected one of: {}",
-                AGENTS.join(", ")
+                "unknown agent kind `{}`; expected one of: {}",
+                raw.kind.get_ref(),
+                kinds.join(", ")
             ),
         ));
-    }
-    if !AVAILABLE_AGENTS.contains(&kind) {
-        return Err(cx.err(
-            raw.kind.span(),
-            format!(
-                "agent kind `{kind}` is not available in this build of kerneld; use one of: {}",
-                AVAILABLE_AGENTS.join(", ")
-            ),
-        ));
-    }
+    };
     let allowed = match kind {
-        "llm" => LLM_KEYS,
-        "command" => COMMAND_KEYS,
-        _ => SEARCH_KEYS,
+        AgentKind::Llm => LLM_KEYS,
+        AgentKind::Command => COMMAND_KEYS,
+        AgentKind::Search => SEARCH_KEYS,
     };
     let present = [
         ("url", raw.url.as_ref().map(Spanned::span)),
@@ -688,9 +675,30 @@ fn parse_agent(
             ),
         ));
     }
-    let mut settings = serde_json::Map::new();
-    match kind {
-        "llm" => {
+    // Shared by every kind: checked first, so each kind's settings are built whole.
+    let timeout_s = match raw.timeout {
+        Some(t) => Some(
+            parse_duration(t.get_ref())
+                .map_err(|m| cx.err(t.span(), format!("bad duration `{}`: {m}", t.get_ref())))?,
+        ),
+        None => None,
+    };
+    let context_bytes = match raw.context_bytes {
+        Some(c) if !CONTEXT_BYTES.contains(c.get_ref()) => {
+            return Err(cx.err(
+                c.span(),
+                format!(
+                    "`agent.context_bytes` must be between {} (1 KiB) and {} (1 MiB)",
+                    CONTEXT_BYTES.start(),
+                    CONTEXT_BYTES.end()
+                ),
+            ))
+        }
+        Some(c) => Some(*c.get_ref() as u64),
+        None => None,
+    };
+    Ok(match kind {
+        AgentKind::Llm => {
             let Some(url) = raw.url else {
                 return Err(cx.err(
                     raw.kind.span(),
@@ -773,11 +781,8 @@ fn parse_agent(
                     name.clone()
                 }
             };
-            settings.insert("url".into(), url.get_ref().clone().into());
-            settings.insert("model".into(), model.into());
-            settings.insert("api_key_env".into(), api_key_env.into());
-            if let Some(t) = raw.temperature {
-                if !TEMPERATURE.contains(t.get_ref()) {
+            let temperature = match raw.temperature {
+                Some(t) if !TEMPERATURE.contains(t.get_ref()) => {
                     return Err(cx.err(
                         t.span(),
                         format!(
@@ -787,10 +792,19 @@ fn parse_agent(
                         ),
                     ));
                 }
-                settings.insert("temperature".into(), (*t.get_ref()).into());
-            }
+                Some(t) => Some(*t.get_ref()),
+                None => None,
+            };
+            AgentSpec::Llm(LlmSettings {
+                url: url.get_ref().clone(),
+                model,
+                api_key_env,
+                temperature,
+                timeout_s,
+                context_bytes,
+            })
         }
-        "command" => {
+        AgentKind::Command => {
             let Some(cmd) = raw.command else {
                 return Err(cx.err(
                     raw.kind.span(),
@@ -809,31 +823,13 @@ fn parse_agent(
                      have an administrator enqueue the goal",
                 ));
             }
-            settings.insert("command".into(), serde_json::json!(cmd.get_ref()));
+            AgentSpec::Command(CommandSettings {
+                command: cmd.into_inner(),
+                timeout_s,
+                context_bytes,
+            })
         }
-        _ => {}
-    }
-    if let Some(t) = raw.timeout {
-        let secs = parse_duration(t.get_ref())
-            .map_err(|m| cx.err(t.span(), format!("bad duration `{}`: {m}", t.get_ref())))?;
-        settings.insert("timeout_s".into(), secs.into());
-    }
-    if let Some(c) = raw.context_bytes {
-        if !CONTEXT_BYTES.contains(c.get_ref()) {
-            return Err(cx.err(
-                c.span(),
-                format!(
-                    "`agent.context_bytes` must be between {} (1 KiB) and {} (1 MiB)",
-                    CONTEXT_BYTES.start(),
-                    CONTEXT_BYTES.end()
-                ),
-            ));
-        }
-        settings.insert("context_bytes".into(), (*c.get_ref()).into());
-    }
-    Ok(AgentSpec {
-        kind: kind.to_string(),
-        settings: serde_json::Value::Object(settings),
+        AgentKind::Search => AgentSpec::Search(SearchSettings { context_bytes }),
     })
 }
 
@@ -901,7 +897,7 @@ mod tests {
         assert_eq!(g.shapes, vec!["m64"]);
         assert_eq!(g.baseline, "reference");
         assert_eq!(g.seeds.len(), 1);
-        assert_eq!(g.agent.kind, "search");
+        assert_eq!(g.agent.kind(), "search");
         assert_eq!(g.resources.gpus, 1);
     }
 
@@ -979,7 +975,7 @@ mod tests {
         .unwrap_err();
         assert!(e.message.contains("search, llm, command"), "{e}");
         let g = parse_in(&d, "name = \"g\"\ntask = \"demo\"\n[agent]\nkind = \"llm\"\nurl = \"http://127.0.0.1:8000/v1\"\nmodel = \"m\"\n").unwrap();
-        assert_eq!(g.agent.settings["api_key_env"], "OPENAI_API_KEY");
+        assert_eq!(g.agent.settings()["api_key_env"], "OPENAI_API_KEY");
     }
 
     fn parse_as(
@@ -1097,7 +1093,7 @@ mod tests {
             )
         };
         let key_of = |spec: GoalSpec| {
-            spec.agent.settings["api_key_env"]
+            spec.agent.settings()["api_key_env"]
                 .as_str()
                 .unwrap()
                 .to_string()

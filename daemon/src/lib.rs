@@ -5,6 +5,7 @@
 //! map of modules and their invariants.
 
 pub(crate) mod agent;
+pub(crate) mod candidate;
 pub mod config;
 pub(crate) mod context;
 pub(crate) mod engine;

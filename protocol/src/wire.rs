@@ -127,21 +127,78 @@ pub mod code {
     pub const TOO_MANY_CONNECTIONS: i64 = -32007;
 }
 
-/// Method names, shared by the server's dispatch and the client.
-pub mod method {
-    pub const ENQUEUE: &str = "enqueue";
-    pub const STATUS: &str = "status";
-    pub const SHOW: &str = "show";
-    pub const PAUSE: &str = "pause";
-    pub const RESUME: &str = "resume";
-    pub const CANCEL: &str = "cancel";
-    pub const BEST: &str = "best";
-    pub const EVENTS: &str = "events";
-    pub const CONTEXT: &str = "context";
-    pub const GPUS: &str = "gpus";
-    pub const VERSION: &str = "version";
-    /// The notification method carrying one event in follow mode.
-    pub const EVENT_NOTIFICATION: &str = "event";
+/// Declares every method once: its name (a constant in `method`, for the client) and
+/// its variant of `Call` with the parameters it takes, so the server's dispatch, a
+/// `match` on `Call`, is complete by construction.
+macro_rules! methods {
+    ($($(#[$doc:meta])* $variant:ident($params:ty) = $konst:ident $name:literal,)*) => {
+        /// Method names, shared by the server's dispatch and the client.
+        pub mod method {
+            $(pub const $konst: &str = $name;)*
+            /// The notification method carrying one event in follow mode.
+            pub const EVENT_NOTIFICATION: &str = "event";
+        }
+
+        /// A request's method with its parameters, as the server dispatches it.
+        #[derive(Debug, Clone, Serialize, Deserialize)]
+        #[serde(tag = "method", content = "params")]
+        pub enum Call {
+            $($(#[$doc])* #[serde(rename = $name)] $variant($params),)*
+        }
+
+        impl Call {
+            /// Every method the daemon answers.
+            pub const METHODS: &'static [&'static str] = &[$($name),*];
+
+            pub fn method(&self) -> &'static str {
+                match self {
+                    $(Call::$variant(_) => $name,)*
+                }
+            }
+        }
+    };
+}
+
+methods! {
+    /// Parse and enqueue a goal file.
+    Enqueue(EnqueueParams) = ENQUEUE "enqueue",
+    Status(StatusParams) = STATUS "status",
+    Show(GoalRef) = SHOW "show",
+    Pause(GoalRef) = PAUSE "pause",
+    Resume(GoalRef) = RESUME "resume",
+    Cancel(GoalRef) = CANCEL "cancel",
+    Best(GoalRef) = BEST "best",
+    Events(EventsParams) = EVENTS "events",
+    Context(GoalRef) = CONTEXT "context",
+    Gpus(NoParams) = GPUS "gpus",
+    Version(NoParams) = VERSION "version",
+}
+
+/// Why a request's method and parameters are not a `Call`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallError {
+    /// No such method (JSON-RPC -32601).
+    UnknownMethod(String),
+    /// The method exists; its parameters do not fit (-32602). The message names the method.
+    InvalidParams(String),
+}
+
+impl Request {
+    /// The typed call this request makes. Absent or null `params` are an empty object, so
+    /// methods whose parameters are all optional may be called without any.
+    pub fn call(&self) -> Result<Call, CallError> {
+        if !Call::METHODS.contains(&self.method.as_str()) {
+            return Err(CallError::UnknownMethod(self.method.clone()));
+        }
+        let params = if self.params.is_null() {
+            Value::Object(Default::default())
+        } else {
+            self.params.clone()
+        };
+        let tagged = serde_json::json!({"method": self.method, "params": params});
+        serde_json::from_value(tagged)
+            .map_err(|e| CallError::InvalidParams(format!("{}: {e}", self.method)))
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -178,6 +235,10 @@ pub struct EnqueueResult {
 pub struct GoalRef {
     pub goal: String,
 }
+
+/// Params of a method that takes none (any given are ignored, as they always were).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NoParams {}
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StatusParams {
@@ -452,13 +513,120 @@ pub struct StopRules {
     pub plateau: Option<u64>,
 }
 
+/// The agent a goal runs, with its settings as `goal::parse` checked them. On the wire
+/// (and in the log since the first build): `{"kind": "llm", "settings": {...}}`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct AgentSpec {
-    /// search | llm | command
-    pub kind: String,
-    /// The agent's own settings (endpoint, model, command line, ...), kept as given.
-    #[serde(default)]
-    pub settings: Value,
+#[serde(tag = "kind", content = "settings", rename_all = "snake_case")]
+pub enum AgentSpec {
+    Search(SearchSettings),
+    Llm(LlmSettings),
+    Command(CommandSettings),
+}
+
+/// The kinds of agent (SPEC section 7), for matching without the settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentKind {
+    Search,
+    Llm,
+    Command,
+}
+
+impl AgentKind {
+    pub const ALL: [AgentKind; 3] = [AgentKind::Search, AgentKind::Llm, AgentKind::Command];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentKind::Search => "search",
+            AgentKind::Llm => "llm",
+            AgentKind::Command => "command",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<AgentKind> {
+        AgentKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+}
+
+impl PartialEq<&str> for AgentKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Display for AgentKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl AgentSpec {
+    pub fn kind(&self) -> AgentKind {
+        match self {
+            AgentSpec::Search(_) => AgentKind::Search,
+            AgentSpec::Llm(_) => AgentKind::Llm,
+            AgentSpec::Command(_) => AgentKind::Command,
+        }
+    }
+
+    /// The settings as they are logged (a JSON object).
+    pub fn settings(&self) -> Value {
+        let v = match self {
+            AgentSpec::Search(s) => serde_json::to_value(s),
+            AgentSpec::Llm(s) => serde_json::to_value(s),
+            AgentSpec::Command(s) => serde_json::to_value(s),
+        };
+        v.unwrap_or(Value::Null)
+    }
+
+    /// `agent.context_bytes`, when the goal sets it.
+    pub fn context_bytes(&self) -> Option<u64> {
+        match self {
+            AgentSpec::Search(s) => s.context_bytes,
+            AgentSpec::Llm(s) => s.context_bytes,
+            AgentSpec::Command(s) => s.context_bytes,
+        }
+    }
+}
+
+impl Default for AgentSpec {
+    fn default() -> AgentSpec {
+        AgentSpec::Search(SearchSettings::default())
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SearchSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LlmSettings {
+    /// An OpenAI-compatible API base (".../v1") or the full chat-completions endpoint.
+    pub url: String,
+    pub model: String,
+    /// The environment variable holding the key; empty: send none.
+    pub api_key_env: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CommandSettings {
+    /// Program and arguments.
+    pub command: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -727,6 +895,42 @@ mod tests {
         assert!(text.contains("\"type\":\"goal_state_changed\""));
         let back: Event = serde_json::from_str(&text).unwrap();
         assert_eq!(back, ev);
+    }
+
+    #[test]
+    fn agent_specs_keep_the_logged_shape() {
+        let logged = r#"{"kind":"llm","settings":{"url":"http://h/v1","model":"m","api_key_env":"K","timeout_s":60}}"#;
+        let a: AgentSpec = serde_json::from_str(logged).unwrap();
+        assert_eq!(a.kind(), AgentKind::Llm);
+        assert_eq!(serde_json::to_string(&a).unwrap(), logged);
+        let search: AgentSpec = serde_json::from_str(r#"{"kind":"search","settings":{}}"#).unwrap();
+        assert_eq!(search, AgentSpec::default());
+        assert!(
+            serde_json::from_str::<AgentSpec>(r#"{"kind":"search","settings":{"url":"x"}}"#)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn requests_become_typed_calls() {
+        let r = Request::new(1, method::SHOW, GoalRef { goal: "g1".into() });
+        assert!(matches!(r.call(), Ok(Call::Show(GoalRef { goal })) if goal == "g1"));
+        let mut r = Request::new(2, method::STATUS, ());
+        r.params = Value::Null;
+        assert!(matches!(
+            r.call(),
+            Ok(Call::Status(StatusParams { goal: None }))
+        ));
+        let r = Request::new(3, "frobnicate", ());
+        assert_eq!(
+            r.call().unwrap_err(),
+            CallError::UnknownMethod("frobnicate".into())
+        );
+        let r = Request::new(4, method::PAUSE, serde_json::json!({"goal": 7}));
+        assert!(matches!(r.call(), Err(CallError::InvalidParams(m)) if m.starts_with("pause: ")));
+        for m in Call::METHODS {
+            assert_ne!(*m, method::EVENT_NOTIFICATION);
+        }
     }
 
     #[test]

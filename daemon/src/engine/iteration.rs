@@ -10,9 +10,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::{CommitGuard, Engine};
 use crate::agent;
+use crate::candidate::candidate_id;
 use crate::harness::Worker;
 use crate::projection::Pending;
-use crate::store::{self, NewEvent};
+use crate::store::NewEvent;
 use crate::wire::*;
 
 /// Agent failures in a row that fail the goal, and the back-off unit between them.
@@ -179,7 +180,7 @@ impl Engine {
                 // Enqueue refuses this; goals logged before that rule (or an admin group
                 // that changed since) are held to it here too: a command agent on a
                 // non-root daemon runs as kerneld's user, so only for trusted owners.
-                let unsafe_command = proj.spec.agent.kind == "command"
+                let unsafe_command = proj.spec.agent.kind() == AgentKind::Command
                     && !nix::unistd::geteuid().is_root()
                     && !self.is_trusted(proj.owner_uid);
                 let proposed = match agent::for_goal(&proj, env) {
@@ -220,7 +221,7 @@ impl Engine {
                         p
                     }
                     Err(e) => {
-                        self.agent_failed(&guard, goal, &proj.spec.agent.kind, e)
+                        self.agent_failed(&guard, goal, proj.spec.agent.kind(), e)
                             .await?;
                         return Ok(None);
                     }
@@ -257,7 +258,7 @@ impl Engine {
             };
             // Re-read: another lease of this goal may have proposed while a slow agent ran.
             let iteration = self.state.lock().unwrap().goals[goal].proj.iteration + 1;
-            let candidate = store::candidate_id(&source, &proposal.config);
+            let candidate = candidate_id(&source, &proposal.config);
             self.append(
                 &guard,
                 vec![NewEvent::goal(
@@ -267,7 +268,7 @@ impl Engine {
                         candidate,
                         seed: proposal.seed.clone(),
                         config: proposal.config.clone(),
-                        agent: proj.spec.agent.kind.clone(),
+                        agent: proj.spec.agent.kind().to_string(),
                         source: proposal.source.clone(),
                         note: proposal.note.clone(),
                     },
@@ -294,7 +295,7 @@ impl Engine {
         &self,
         guard: &CommitGuard<'_>,
         goal: &str,
-        kind: &str,
+        kind: AgentKind,
         e: anyhow::Error,
     ) -> anyhow::Result<()> {
         let failures = {

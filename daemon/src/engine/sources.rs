@@ -8,14 +8,14 @@ use anyhow::{anyhow, Context as _};
 use serde_json::Value;
 
 use super::Engine;
-use crate::store;
+use crate::candidate::source_hash;
 use crate::wire::*;
 
 impl Engine {
     /// Writes a candidate's source where the worker can load it; content-addressed.
     pub(super) fn source_file(&self, source: &str) -> anyhow::Result<PathBuf> {
         let dir = self.config().sources_dir();
-        let path = dir.join(format!("{}.py", store::source_hash(source)));
+        let path = dir.join(format!("{}.py", source_hash(source)));
         if !path.is_file() {
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             let tmp = path.with_extension("py.tmp");
