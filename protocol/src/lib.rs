@@ -7,3 +7,4 @@
 pub mod paths;
 pub mod seeds;
 pub mod wire;
+pub mod worker;

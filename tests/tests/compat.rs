@@ -16,7 +16,10 @@ fn open_fixture(name: &str) -> (TempDir, Daemon) {
     std::fs::create_dir_all(&state).unwrap();
     // A copy: opening stamps the log with this build's format.
     std::fs::copy(
-        repo_root().join("tests/fixtures").join(name).join("kerneld.redb"),
+        repo_root()
+            .join("tests/fixtures")
+            .join(name)
+            .join("kerneld.redb"),
         state.join("kerneld.redb"),
     )
     .unwrap();
@@ -65,9 +68,9 @@ fn a_log_of_build_339715e_is_served() {
     let g1: Vec<Event> =
         serde_json::from_value(d.call(wire::method::EVENTS, json!({"goal": "g1"}))).unwrap();
     assert!(g1.iter().all(|e| e.goal.as_deref() == Some("g1")));
-    assert!(g1
-        .iter()
-        .any(|e| matches!(&e.kind, EventKind::NewBest { best: b, .. } if b.candidate == best.candidate)));
+    assert!(g1.iter().any(
+        |e| matches!(&e.kind, EventKind::NewBest { best: b, .. } if b.candidate == best.candidate)
+    ));
 
     // best: the winner's source and the configuration it ran with.
     let b: BestResult =
@@ -84,7 +87,11 @@ fn a_log_of_build_339715e_is_served() {
 
     // And the paused goal is still a goal this build can act on: cancel it.
     let out = kernelctl(&d.socket, &["cancel", "held"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(d.goal("g2").state, GoalState::Cancelled);
 
     // A restart on the stamped log serves the same goals.

@@ -14,6 +14,7 @@ use crate::harness::{Worker, WorkerError};
 use crate::projection::Pending;
 use crate::store::NewEvent;
 use crate::wire::*;
+use kerneld_protocol::worker;
 
 /// A `describe` of a seed (static checks + import) must answer within this.
 const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -45,37 +46,22 @@ impl Engine {
         };
         for seed in spec.seeds.iter().filter(|s| !known.contains(&s.name)) {
             let path = self.source_file(&seed.source)?;
-            let req = json!({"op": "describe", "task_dir": spec.task_dir, "candidate": path});
+            let req = worker::Request::Describe(worker::Describe {
+                task_dir: spec.task_dir.clone(),
+                candidate: path.display().to_string(),
+            });
             let w = worker.as_mut().expect("ensured");
             let reply = tokio::select! {
-                r = w.call(req, DESCRIBE_TIMEOUT) => r,
+                r = ask::<worker::Described>(w, &req, DESCRIBE_TIMEOUT) => r,
                 _ = cancel.cancelled() => { Self::discard(worker).await; return Ok(false); }
             };
             let (space, default, rejected) = match reply {
-                Ok(v) if v.get("ok").and_then(Value::as_bool) == Some(true) => {
-                    let rejected = match v.get("class").and_then(Value::as_str) {
-                        Some("ok") | None => None,
-                        Some(_) => Some(
-                            v.get("message")
-                                .and_then(Value::as_str)
-                                .unwrap_or("rejected")
-                                .to_string(),
-                        ),
-                    };
-                    (
-                        v.get("space").cloned().unwrap_or(json!({})),
-                        v.get("default").cloned().unwrap_or(json!({})),
-                        rejected,
-                    )
+                Ok(Ok(d)) => {
+                    let rejected = d.rejection();
+                    let or_empty = |v: Value| if v.is_null() { json!({}) } else { v };
+                    (or_empty(d.space), or_empty(d.default), rejected)
                 }
-                Ok(v) => {
-                    let msg = v
-                        .get("error")
-                        .and_then(Value::as_str)
-                        .unwrap_or("describe failed")
-                        .to_string();
-                    (json!({}), json!({}), Some(msg))
-                }
+                Ok(Err(msg)) => (json!({}), json!({}), Some(msg)),
                 Err(e) => {
                     // The worker died or hung importing the seed: record it as a rejection
                     // of that seed rather than retrying forever.
@@ -149,16 +135,16 @@ impl Engine {
                     % 1_000_000_007
             })
             .collect();
-        let req = json!({
-            "op": "evaluate",
-            "task_dir": spec.task_dir,
-            "candidate": path,
-            "config": p.config,
-            "shapes": spec.shapes,
-            "baseline": spec.baseline,
-            "seeds": seeds,
-            "timing": {"warmup_ms": 25, "min_reps": 20, "max_reps": 200, "target_noise_pct": 1.0},
-            "profile": true,
+        // No timing: the harness's DEFAULT_TIMING is the one definition (goals override none yet).
+        let req = worker::Request::Evaluate(worker::Evaluate {
+            task_dir: spec.task_dir.clone(),
+            candidate: path.display().to_string(),
+            config: p.config.clone(),
+            shapes: spec.shapes.clone(),
+            baseline: spec.baseline.clone(),
+            seeds,
+            timing: worker::Timing::default(),
+            profile: true,
         });
         let device = self.slot_uuid(slot);
         if worker.is_none() && !self.ensure_worker(slot, worker, cancel).await {
@@ -169,7 +155,7 @@ impl Engine {
         let started = Instant::now();
         let w = worker.as_mut().expect("ensured");
         let reply = tokio::select! {
-            r = w.call(req, self.config().eval_timeout) => r,
+            r = ask_raw::<worker::Evaluated>(w, &req, self.config().eval_timeout) => r,
             _ = cancel.cancelled() => {
                 // Pause, cancel, completion or shutdown: the GPU is freed at once. The
                 // worker abandons the evaluation and stays; one that does not answer
@@ -188,42 +174,34 @@ impl Engine {
         };
         let elapsed = started.elapsed().as_secs_f64();
         let result = match reply {
-            Ok(v) if v.get("ok").and_then(Value::as_bool) == Some(true) => {
+            Ok(Ok(reply)) => {
                 // A CUDA error poisoned the worker's context: it answered, and exits;
                 // the next evaluation gets a fresh one.
-                if v.get("fatal").and_then(Value::as_bool) == Some(true) {
+                if reply.fatal {
                     Self::discard(worker).await;
                 }
-                match v
-                    .get("result")
-                    .cloned()
-                    .map(serde_json::from_value::<EvalResult>)
-                {
-                    Some(Ok(mut r)) => {
+                match reply.into_body() {
+                    Ok(worker::Evaluated {
+                        result: Some(mut r),
+                    }) => {
                         if r.elapsed_s <= 0.0 {
                             r.elapsed_s = elapsed;
                         }
                         r
                     }
-                    Some(Err(e)) => EvalResult::failure(
-                        ResultClass::Error,
-                        format!("unreadable result from the worker: {e}"),
-                        elapsed,
-                    ),
-                    None => EvalResult::failure(
+                    Ok(worker::Evaluated { result: None }) => EvalResult::failure(
                         ResultClass::Error,
                         "the worker's reply had no result",
                         elapsed,
                     ),
+                    Err(msg) => EvalResult::failure(ResultClass::Error, msg, elapsed),
                 }
             }
-            Ok(v) => {
-                let msg = v
-                    .get("error")
-                    .and_then(Value::as_str)
-                    .unwrap_or("the worker refused the request");
-                EvalResult::failure(ResultClass::Error, msg, elapsed)
-            }
+            Ok(Err(e)) => EvalResult::failure(
+                ResultClass::Error,
+                format!("unreadable result from the worker: {e}"),
+                elapsed,
+            ),
             Err(WorkerError::Timeout(t)) => {
                 Self::discard(worker).await;
                 EvalResult::failure(
@@ -365,4 +343,28 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// A typed request over the worker's line transport: the reply as `Reply<T>`, or why it
+/// could not be read as one (`Ok(Err)`), or the transport's failure.
+async fn ask_raw<T: serde::de::DeserializeOwned>(
+    w: &mut Worker,
+    req: &worker::Request,
+    timeout: Duration,
+) -> Result<Result<worker::Reply<T>, String>, WorkerError> {
+    let line = serde_json::to_value(req).expect("worker requests serialize");
+    let v = w.call(line, timeout).await?;
+    Ok(serde_json::from_value(v).map_err(|e| e.to_string()))
+}
+
+/// `ask_raw`, with a refused or unreadable reply as one message.
+async fn ask<T: serde::de::DeserializeOwned>(
+    w: &mut Worker,
+    req: &worker::Request,
+    timeout: Duration,
+) -> Result<Result<T, String>, WorkerError> {
+    Ok(match ask_raw::<T>(w, req, timeout).await? {
+        Ok(reply) => reply.into_body(),
+        Err(e) => Err(format!("unreadable reply from the worker: {e}")),
+    })
 }
