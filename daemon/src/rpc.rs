@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, RpcResult};
 use crate::wire::*;
+use kerneld_protocol::lines::{Framed, LineFramer};
 
 /// Binds the socket: removes a stale file first (the redb lock already proved no
 /// other daemon owns this state; a socket path shared by two state dirs is refused).
@@ -229,11 +230,11 @@ enum Frame {
     Unfinished,
 }
 
-/// Reads newline-terminated lines, bounded in length and in the time one may take.
-/// Cancel-safe: whatever was read stays in `partial`, so it may sit in a `select!`.
+/// Reads lines (`kerneld_protocol::lines`, as the client does), bounded in the time one
+/// may take. Cancel-safe: whatever was read stays in the framer, so it may sit in a `select!`.
 struct LineReader {
     inner: BufReader<OwnedReadHalf>,
-    partial: Vec<u8>,
+    framer: LineFramer,
     partial_since: Option<Instant>,
     timeout: Duration,
 }
@@ -253,27 +254,20 @@ impl LineReader {
             if chunk.is_empty() {
                 // End of stream: an unterminated last request still counts.
                 self.partial_since = None;
-                return Ok((!self.partial.is_empty())
-                    .then(|| Frame::Line(std::mem::take(&mut self.partial))));
+                return Ok(self.framer.finish().map(Frame::Line));
             }
-            let (take, complete) = match chunk.iter().position(|&b| b == b'\n') {
-                Some(i) => (i, true),
-                None => (chunk.len(), false),
-            };
-            if self.partial.len() + take > MAX_LINE {
-                return Ok(Some(Frame::TooLong));
-            }
-            self.partial.extend_from_slice(&chunk[..take]);
-            self.inner.consume(take + usize::from(complete));
-            if complete {
-                self.partial_since = None;
-                let mut line = std::mem::take(&mut self.partial);
-                if line.last() == Some(&b'\r') {
-                    line.pop();
+            let (used, found) = self.framer.feed(chunk);
+            self.inner.consume(used);
+            match found {
+                Some(Framed::Line(line)) => {
+                    self.partial_since = None;
+                    return Ok(Some(Frame::Line(line)));
                 }
-                return Ok(Some(Frame::Line(line)));
+                Some(Framed::TooLong) => return Ok(Some(Frame::TooLong)),
+                None => {
+                    self.partial_since.get_or_insert_with(Instant::now);
+                }
             }
-            self.partial_since.get_or_insert_with(Instant::now);
         }
     }
 }
@@ -307,7 +301,7 @@ async fn connection(
     let mut conn = Conn {
         lines: LineReader {
             inner: BufReader::new(read),
-            partial: Vec::new(),
+            framer: LineFramer::new(MAX_LINE),
             partial_since: None,
             timeout: limits.partial_line,
         },

@@ -4,6 +4,7 @@
 //! It is small on purpose: `kernelctl` depends on this crate alone, so the client builds
 //! none of the daemon's dependencies (redb, NVML, notify, ...).
 
+pub mod lines;
 pub mod paths;
 pub mod seeds;
 pub mod wire;
