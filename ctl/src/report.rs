@@ -204,7 +204,7 @@ fn rising(mut steps: Vec<Step>) -> Vec<Step> {
         .into_iter()
         .filter(|s| s.speedup.is_finite() && s.speedup > 0.0)
     {
-        if out.last().map_or(true, |b| s.speedup > b.speedup) {
+        if out.last().is_none_or(|b| s.speedup > b.speedup) {
             out.push(s);
         }
     }
@@ -820,7 +820,7 @@ fn best_bars(p: &Progress, paint: Paint) -> String {
 fn bar(eighths: usize) -> String {
     const PARTS: [char; 8] = [' ', '▏', '▎', '▍', '▌', '▋', '▊', '▉'];
     let mut s = "█".repeat(eighths / 8);
-    if eighths % 8 != 0 {
+    if !eighths.is_multiple_of(8) {
         s.push(PARTS[eighths % 8]);
     }
     s
