@@ -5,7 +5,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use kerneld::wire::{code, RpcError};
+use kerneld_protocol::wire::{code, RpcError};
 use serde::Serialize;
 use serde_json::Value;
 

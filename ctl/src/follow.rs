@@ -5,7 +5,7 @@
 use std::io::{self, IsTerminal};
 use std::path::Path;
 
-use kerneld::wire::{method, Event, EventsParams, GoalState, GoalSummary, StatusParams};
+use kerneld_protocol::wire::{method, Event, EventsParams, GoalState, GoalSummary, StatusParams};
 use serde_json::Value;
 
 use crate::client::{decode, ClientError};

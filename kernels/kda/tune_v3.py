@@ -29,7 +29,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 import task  # noqa: E402
-from tune import env_info, load_seed, rel_err  # noqa: E402
+from tune import check_outputs, env_info, load_seed  # noqa: E402
 
 VARIANTS = [{"MAXNREG": 168}, {"BK": 16, "MAXNREG": 168}, {"BK": 16}, {"PREP_WARPS": 8},
             {"PREP_WARPS": 8, "BK": 64}, {"AP_DOT": "lowp"}, {"PREP_STAGES": 2}, {"BV": 16},
@@ -43,6 +43,8 @@ def main():
     ap.add_argument("--variants", default=None, help="JSON list of v3 config overrides")
     ap.add_argument("--budget-s", type=float, default=230.0)
     ap.add_argument("--rep-ms", type=int, default=60)
+    ap.add_argument("--ab", action="store_true",
+                    help="headline shape only, no FLA / v1 / held-out: print the fastest correct config last")
     args = ap.parse_args()
     t_start = time.time()
     left = lambda: args.budget_s - (time.time() - t_start)
@@ -57,7 +59,7 @@ def main():
     cfgs = {"v3": dict(v3.BEST, **small)}
     for var in (json.loads(args.variants) if args.variants is not None else VARIANTS):
         cfgs["v3[" + ",".join(f"{k}={v}" for k, v in var.items()) + "]"] = dict(v3.BEST, **small, **var)
-    fla = task._fla_available() and not cpu
+    fla = task._fla_available() and not cpu and not args.ab
     env = env_info()
     rows, table = [], []
     out_path = Path(args.out) if args.out else None
@@ -73,13 +75,7 @@ def main():
                 for n, (s, d) in task.output_spec(shape, inp).items()}
 
     def check(out, ref):
-        res, ok = {}, True
-        for n in ("o", "final_state"):
-            r, m = rel_err(out[n], ref[n])
-            res[f"rel_{n}"], res[f"max_{n}"] = r, m
-            ok &= r < tol["rel_rmse"] and m < tol["max_abs"]
-        res["correct"] = bool(ok)
-        return res
+        return check_outputs(out, ref, tol)
 
     def bench(fn):
         if cpu:
@@ -94,9 +90,12 @@ def main():
         out = alloc(shape, inp)
         buf = v3.buffers(q, v, cfg)
         v3.prep(q, k, v, g, beta, buf, cfg)
-        return {"total": lambda: v3.kda(inp, out, cfg),
-                "prep": lambda: v3.prep(q, k, v, g, beta, buf, cfg),
-                "scan": lambda: v3.scan(q, v, inp.get("h0"), buf, out, cfg)}
+        fns = {"total": lambda: v3.kda(inp, out, cfg),
+               "prep": lambda: v3.prep(q, k, v, g, beta, buf, cfg),
+               "scan": lambda: v3.scan(q, v, inp.get("h0"), buf, out, cfg)}
+        if cfg["INV"] == "split":
+            fns["inv"] = lambda: v3.inv_wu(v, beta, buf, cfg)
+        return fns
 
     def measure(name, labels, with_v1=False):
         shape = shapes_all[name]
@@ -145,22 +144,26 @@ def main():
                 spread[(extra["impl"], "total")] = extra["spread_pct"]
                 checks[extra["impl"]] = checks["fla"]
         for label in checks:
-            t = {part: times.get((label, part)) for part in ("total", "prep", "scan")}
+            t = {part: times.get((label, part)) for part in ("total", "prep", "scan", "inv")}
             sp = spread.get((label, "total"))
             row(stage="time", shape=name, impl=label, median_us=t["total"], prep_us=t["prep"],
-                scan_us=t["scan"], spread_pct=sp)
+                scan_us=t["scan"], inv_us=t["inv"], spread_pct=sp)
             table.append((name, label, t, checks[label]))
         del inp, ref, fns
         return {label: times.get((label, "total")) for label in checks}
 
     print(f"env {env} fla={fla}", flush=True)
     head = goal[0]
-    t_head = measure(head, list(cfgs), with_v1=True)
+    t_head = measure(head, list(cfgs), with_v1=not args.ab)
     ok = {lb: t for lb, t in t_head.items() if lb.startswith("v3") and t}
     pick = min(ok, key=ok.get) if ok else "v3"
     row(stage="pick", impl=pick, config=cfgs[pick], median_us=ok.get(pick))
     print(f"[pick] {pick} {ok.get(pick)}", flush=True)
     labels = ["v3"] + ([pick] if pick != "v3" else [])
+    if args.ab:
+        _table(goal[:1], table)
+        print(json.dumps({k: v for k, v in cfgs[pick].items()}), flush=True)
+        return
     for name in goal[1:]:
         if left() > 40:
             measure(name, labels)
@@ -191,6 +194,11 @@ def main():
             row(stage="causality", impl=label, **c)
             print(f"[causal] {label} {c}", flush=True)
 
+    _table(goal, table)
+    print(f"done in {time.time() - t_start:.0f} s", flush=True)
+
+
+def _table(goal, table):
     print("\n| shape | impl | total us | prep us | scan us | rel o | rel S | correct | vs FLA graph |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
     for name in goal:
@@ -199,10 +207,10 @@ def main():
         for _, lb, t, c in rs:
             f = lambda x: f"{x:.1f}" if x else "-"
             vs = f"{g / t['total']:.2f}x" if g and t["total"] else "-"
-            print(f"| {name} | {lb} | {f(t['total'])} | {f(t['prep'])} | {f(t['scan'])} | "
+            inv = f" (inv {t['inv']:.1f})" if t.get("inv") else ""
+            print(f"| {name} | {lb} | {f(t['total'])} | {f(t['prep'])}{inv} | {f(t['scan'])} | "
                   f"{c.get('rel_o', float('nan')):.4f} | {c.get('rel_final_state', float('nan')):.4f} | "
                   f"{c.get('correct')} | {vs} |")
-    print(f"done in {time.time() - t_start:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 //! One line per event: `seq  time  type  summary`, coloured by what happened; long
 //! messages cut on a terminal, whole (one line still) in a pipe.
 
-use kerneld::wire::{EvalResult, Event, EventKind, Health, ResultClass};
+use kerneld_protocol::wire::{EvalResult, Event, EventKind, Health, ResultClass};
 
 use super::{
     class_style, datetime, fit, percent, short_id, speedup, state_style, Fit, Paint, Style,
@@ -31,7 +31,9 @@ pub fn event_summary(kind: &EventKind, fit_text: Fit) -> (String, Option<Style>)
         EventKind::GoalEnqueued { spec, owner_uid } => (
             format!(
                 "{} (task {}, agent {}) by uid {owner_uid}",
-                spec.name, spec.task, spec.agent.kind
+                spec.name,
+                spec.task,
+                spec.agent.kind().as_str()
             ),
             None,
         ),

@@ -13,7 +13,9 @@ pub use crate::term::{
     clock, datetime, now_ms, terminal_columns, truncate, truncate_visible, width, Paint, Style,
 };
 
-use kerneld::wire::{BestSummary, GoalState, GoalSummary, GpusResult, Health, ResultClass};
+use kerneld_protocol::wire::{
+    BestSummary, GoalState, GoalSummary, GpusResult, Health, ResultClass,
+};
 
 // ---------------------------------------------------------------------------
 // Colour
@@ -343,7 +345,7 @@ pub fn gpus(result: &GpusResult, now_ms: u64, paint: Paint) -> String {
 mod tests {
     use super::*;
     use crate::term::strip_ansi;
-    use kerneld::wire::{GpuStatus, LeaseInfo};
+    use kerneld_protocol::wire::{GpuStatus, LeaseInfo};
 
     pub fn summary(name: &str, state: GoalState, best: Option<f64>) -> GoalSummary {
         GoalSummary {

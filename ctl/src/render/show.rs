@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use kerneld::wire::{BestSummary, EvalResult, GoalDetail, GoalSpec, GoalSummary};
+use kerneld_protocol::wire::{BestSummary, EvalResult, GoalDetail, GoalSpec, GoalSummary};
 
 use super::{
     class_style, datetime, duration, percent, short_id, speedup, state_style, table, truncate,
@@ -127,7 +127,7 @@ fn spec_fields(spec: &GoalSpec, shapes: String) -> Vec<(&'static str, String)> {
         ("seeds", seeds.join(", ")),
         ("budget", budget_text(spec)),
         ("stop", stop_text(spec)),
-        ("agent", spec.agent.kind.clone()),
+        ("agent", spec.agent.kind().as_str().to_string()),
         (
             "resources",
             format!(
@@ -210,7 +210,7 @@ fn best_text(b: &BestSummary) -> String {
 mod tests {
     use super::*;
     use crate::render::tests::summary;
-    use kerneld::wire::{
+    use kerneld_protocol::wire::{
         Budget, EvaluationRecord, GoalState, Resources, ResultClass, ShapeTiming, StopRules,
     };
 

@@ -19,7 +19,7 @@ mod terminal;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use kerneld::wire::{Event, EventKind, GoalState, ResultClass};
+use kerneld_protocol::wire::{Event, EventKind, GoalState, ResultClass};
 use serde::Serialize;
 
 use crate::render;
@@ -287,7 +287,7 @@ fn rising(mut steps: Vec<Step>) -> Vec<Step> {
 #[cfg(test)]
 pub(crate) mod testdata {
     use super::*;
-    use kerneld::wire::{BestSummary, EvalResult};
+    use kerneld_protocol::wire::{BestSummary, EvalResult};
 
     pub fn finished(seq: u64, iteration: u64, speedup: Option<f64>) -> Event {
         let result = match speedup {

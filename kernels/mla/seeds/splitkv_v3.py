@@ -64,16 +64,17 @@ SPACE = {
     "LAT_COMBINE": ["same", "spin", "launch", "last"],  # COMBINE for small problems
     "PF_DIST": [0, 1, 2, 3],          # gluon: also prefetch into L2 the tile this many tiles past the ring's newest
     "O_STORE": ["rows", "mma"],       # gluon: store o / o_j row by row (through smem) or in the wgmma layout
-    "LAUNCH": ["cached", "jit"],      # cached: relaunch the compiled kernel directly (skips the JIT's binder)
+    "LAUNCH": ["jit", "cached"],      # cached: relaunch the compiled kernel directly (skips the JIT's binder)
 }
-# DEFAULT / BEST: see NOTES.md "v3" (predicted before the first GPU run, then measured).
+# DEFAULT: the plain configuration (one core for every shape); BEST: the one measured fastest (below).
 DEFAULT = {"CORE": "gluon", "BLOCK_N": 64, "STAGES": 2, "P_VIA": "smem", "BLOCK_H": 64, "num_warps": 8,
            "num_stages": 2, "WAVES": 1, "MIN_SPLIT_TILES": 1, "COMBINE": "spin", "PARTIAL": "input",
-           "MERGE_TILE": 16384, "LAT_GROUPS": 8, "LAT_CORE": "same", "LAT_MIN_SPLIT_TILES": "same", "LAT_COMBINE": "same",
-           "PF_DIST": 0,
-           "O_STORE": "rows", "LAUNCH": "cached"}
-# GPU call 1 (NOTES.md "v3"): the Gluon core for batches, the tl core for B=1 (its spin merge is ~5 µs faster
-# there): geomean 80.8 µs over the goal shapes (v2 BEST: 94.0).
+           "MERGE_TILE": 16384, "LAT_GROUPS": 8, "LAT_CORE": "same", "LAT_MIN_SPLIT_TILES": "same",
+           "LAT_COMBINE": "same", "PF_DIST": 0, "O_STORE": "rows", "LAUNCH": "jit"}
+# Measured (NOTES.md "v3", GPU calls 1-2): the Gluon core for batches, the tl core for B=1 (its spin merge is
+# ~5 µs faster there), o stored row by row. bench.py, H200: 23.7 / 205.9 / 43.9 / 202.7 µs (b1_s8192 / b64_s8192 /
+# b1_s32768 / b128_s4096), 1.75-2.27x torch.compile. PF_DIST > 0 and LAUNCH="cached" compile and pass the CPU
+# tests but were never timed on the GPU (call 2 lost them to a bug since fixed): the search agent's to try.
 BEST = dict(DEFAULT, LAT_CORE="tl")
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -585,7 +586,8 @@ def _smem_layout(block: tuple, dtype: torch.dtype):
 
 
 def _launch(kernel, grid, args, opts, key, cached: bool):
-    """Launch `kernel` over `grid`. The first launch of a key goes through the JIT (compile, cache); later ones
+    """Launch `kernel` over `grid` (three dims: a compiled kernel's launcher indexes all three; GPU call 2 lost
+    13 of 15 configs to a two-dim grid here). The first launch of a key goes through the JIT (compile, cache); later ones
     call the compiled kernel directly, skipping the binder's per-argument specialisation (host time that lands
     in B=1 figures). The key holds everything the JIT specialises on: the plan, dtypes, 16-byte alignment of
     every pointer and the integer arguments' values. Under the interpreter: always the JIT."""
@@ -650,17 +652,17 @@ def mla_decode(inputs: dict, out: dict, config: dict) -> None:
                         o.stride(0), o.stride(2), lse.stride(0),
                         DL, DR, 64, bn, P["stages"], P["EVEN_N"], P["P_SMEM"], P["PF_DIST"], P["COALESCE_O"], mode,
                         P["HC"], P["DC"], P["BLOCK_S"], P["ML"])
-        _launch(_split_gluon, (ns, groups), args, dict(num_warps=8), ("g", pkey, _spec_key(args[4:])), cached)
+        _launch(_split_gluon, (ns, groups, 1), args, dict(num_warps=8), ("g", pkey, _spec_key(args[4:])), cached)
     else:
         args = (q, kv, scale, o, lse, op, lsep, cnt, S, H, P["NUM_HG"], P["split_len"], ns,
                 q.stride(0), kv.stride(0), o.stride(0), o.stride(2), lse.stride(0),
                 q.stride(2), kv.stride(1), DL, DR, P["BLOCK_H"], P["BLOCK_N"], P["BLOCK_DL"], P["BLOCK_DR"],
                 P["EVEN_N"], P["MASK_D"], P["MASK_HD"], mode, P["HC"], P["DC"], P["BLOCK_S"])
-        _launch(_split_tl, (ns, groups), args, dict(num_warps=P["num_warps"], num_stages=P["stages"]),
+        _launch(_split_tl, (ns, groups, 1), args, dict(num_warps=P["num_warps"], num_stages=P["stages"]),
                 ("t", pkey, _spec_key(args)), cached)
     if mode == MODE_LAUNCH:
         num_hc = triton.cdiv(H, P["HC2"])
         args = (op, lsep, o, lse, H, ns, num_hc, o.stride(0), o.stride(2), lse.stride(0),
                 DL, P["HC2"], P["DC2"], P["BLOCK_S"])
-        _launch(_merge, (B * num_hc, triton.cdiv(DL, P["DC2"])), args, dict(num_warps=4),
+        _launch(_merge, (B * num_hc, triton.cdiv(DL, P["DC2"]), 1), args, dict(num_warps=4),
                 ("m", pkey, _spec_key(args)), cached)

@@ -13,7 +13,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from mlacheck import TASK_DIR, TOL, TOML, check, compile_sm90, load_seed, outputs, run, static_violations, task  # noqa: E402,E501
+from mlacheck import TASK_DIR, TOML, check_space, compile_sm90, load_seed, smoke_case, static_violations  # noqa: E402
 
 V3 = TASK_DIR / "seeds" / "splitkv_v3.py"
 MOD = load_seed(V3)
@@ -32,25 +32,14 @@ CONFIGS = [
 
 
 def test_space_default_best():
-    for name in ("DEFAULT", "BEST"):
-        cfg = getattr(MOD, name)
-        assert set(cfg) == set(MOD.SPACE), name
-        for k, v in cfg.items():
-            assert v in MOD.SPACE[k], f"{name}[{k}]={v} not in SPACE"
-    for cfg in CONFIGS:
-        for k, v in cfg.items():
-            assert v in MOD.SPACE[k], f"{k}={v} not in SPACE"
+    check_space(MOD, CONFIGS)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
 @pytest.mark.parametrize("shape_name", list(TOML["smoke"]))
 @pytest.mark.parametrize("ci", range(len(CONFIGS)))
 def test_smoke(dtype, shape_name, ci):
-    shape = TOML["smoke"][shape_name]
-    inputs = task.make_inputs(shape, 23 + ci, "cpu", dtype)
-    for _ in range(2):            # the second call reuses the cached plan, scratch and counters
-        out = run(MOD, inputs, task.output_spec(shape, inputs), CONFIGS[ci])
-        check(out, task.reference(**inputs), TOL[dtype])
+    smoke_case(MOD, shape_name, CONFIGS[ci], dtype, 23 + ci, calls=2)
 
 
 def test_cpu_paths_are_exercised():
@@ -94,6 +83,41 @@ def test_merge_layout_covers_tile_without_replication():
         spt, ts, th, td, ws, wh = MOD._merge_layout(bs, hc, dc)
         assert ts * th * td == 32 and ws * wh == 8
         assert spt * td <= dc and ts <= bs, (bs, hc, dc)
+
+
+def test_cached_launch_reuses_the_compiled_kernel():
+    """LAUNCH="cached": the first launch of a key goes through the JIT, later ones straight to the compiled
+    kernel, with a three-dim grid and the same arguments (the interpreter never takes this path)."""
+    calls = []
+
+    class Compiled:
+        function = object()
+
+        def __getitem__(self, grid):
+            assert len(grid) == 3, grid        # the compiled launcher indexes grid[2]
+            return lambda *a: calls.append(("compiled", grid, a))
+
+    class Jit:
+        def __getitem__(self, grid):
+            def launch(*a, **opts):
+                calls.append(("jit", grid, a, opts))
+                return Compiled()
+            return launch
+
+    MOD._LAUNCHED.clear()
+    for _ in range(3):
+        MOD._launch(Jit(), (4, 2, 1), (1, "x"), {"num_warps": 8}, ("k", 1), cached=True)
+    MOD._launch(Jit(), (4, 2, 1), (1, "x"), {"num_warps": 8}, ("k", 2), cached=False)
+    assert [c[0] for c in calls] == ["jit", "compiled", "compiled", "jit"]
+    assert calls[1] == ("compiled", (4, 2, 1), (1, "x")) and calls[0][3] == {"num_warps": 8}
+    MOD._LAUNCHED.clear()
+
+
+def test_best_is_what_bench_measured():
+    """BEST is exactly the configuration of the bench.py figures in results/ (GPU call 2)."""
+    import json
+    measured = json.loads((TASK_DIR / "results" / "h200_v3_config.json").read_text())
+    assert measured == MOD.BEST
 
 
 def test_static_rules():
