@@ -68,6 +68,10 @@ pub struct GoalProjection {
     /// Evaluations whose result was a failure, by class (for the context and status).
     #[serde(default)]
     pub failures: BTreeMap<String, u64>,
+    /// Where the evaluations' time went, summed (issue #12; absent in older projections,
+    /// which start counting from their next result).
+    #[serde(default)]
+    pub phases: kerneld_protocol::worker::PhaseTotals,
 }
 
 impl GoalProjection {
@@ -91,6 +95,7 @@ impl GoalProjection {
             wall_ms: 0,
             gpu_ms: 0,
             failures: BTreeMap::new(),
+            phases: Default::default(),
         }
     }
 
@@ -156,6 +161,7 @@ impl GoalProjection {
                 self.pending.remove(iteration);
                 self.evaluations += 1;
                 self.gpu_ms += (result.elapsed_s * 1000.0).max(0.0) as u64;
+                self.phases.add(&result.phases, ev.time_ms);
                 if !result.is_scored() {
                     *self
                         .failures
@@ -212,6 +218,7 @@ impl GoalProjection {
             updated_ms: self.updated_ms,
             wall_s: self.wall_ms_at(now_ms) as f64 / 1000.0,
             gpu_s: self.gpu_ms as f64 / 1000.0,
+            phases: self.phases.means(),
         }
     }
 }

@@ -109,6 +109,10 @@ impl Engine {
                 })
                 .collect();
             let Some(pick) = scheduler::pick(&contenders).map(|c| c.goal.clone()) else {
+                // Free slots nobody wants: their wait is not daemon overhead (overhead.rs).
+                for s in st.slots.iter_mut().filter(|s| s.lease.is_none()) {
+                    s.clock.idle();
+                }
                 break;
             };
 

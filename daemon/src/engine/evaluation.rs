@@ -152,6 +152,7 @@ impl Engine {
                 .await?;
             return Ok(None);
         }
+        let gap = self.request_sent(slot);
         let started = Instant::now();
         let w = worker.as_mut().expect("ensured");
         let reply = tokio::select! {
@@ -173,7 +174,7 @@ impl Engine {
             }
         };
         let elapsed = started.elapsed().as_secs_f64();
-        let result = match reply {
+        let mut result = match reply {
             Ok(Ok(reply)) => {
                 // A CUDA error poisoned the worker's context: it answered, and exits;
                 // the next evaluation gets a fresh one.
@@ -226,6 +227,7 @@ impl Engine {
                 EvalResult::failure(ResultClass::Error, e.to_string(), elapsed)
             }
         };
+        self.reply_arrived(slot, gap, &mut result);
         Ok(Some(result))
     }
 
@@ -260,9 +262,10 @@ impl Engine {
         goal: &str,
         slot: usize,
         p: &Pending,
-        result: EvalResult,
+        mut result: EvalResult,
     ) -> anyhow::Result<()> {
         let guard = self.commit_lock.lock().await;
+        self.recording(slot, &mut result);
         let device = self.slot_uuid(slot);
         let prev = self.state.lock().unwrap().goals[goal].proj.best.clone();
         let mut items = Vec::new();

@@ -24,6 +24,7 @@ mod auth;
 mod dispatch;
 mod evaluation;
 mod iteration;
+mod overhead;
 pub(crate) mod ops;
 mod slots;
 mod sources;
@@ -107,6 +108,8 @@ struct Slot {
     leased_at: Option<Instant>,
     evaluations: u64,
     busy: Duration,
+    /// The daemon's share between evaluations (issue #12, `overhead.rs`).
+    clock: overhead::SlotClock,
 }
 
 struct State {
@@ -169,6 +172,7 @@ impl Engine {
                 worker_pid: None,
                 lease: None,
                 leased_at: None,
+                clock: Default::default(),
                 evaluations: 0,
                 busy: Duration::ZERO,
             })

@@ -124,6 +124,10 @@ pub struct GoalSummary {
     pub wall_s: f64,
     /// Device-seconds spent evaluating (the gpu_hours budget).
     pub gpu_s: f64,
+    /// Mean seconds per phase of its evaluations and the warm rate (absent before any
+    /// evaluation reported phases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<crate::worker::PhaseMeans>,
 }
 
 /// `show`: a goal in full.

@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::worker::Phases;
+
 /// How an evaluation ended. `Crashed`, `TimedOut` and `Quarantined` are assigned by the
 /// daemon (the worker cannot report its own death); the rest come from the worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -87,6 +89,13 @@ pub struct EvalResult {
     /// filled in (an agent may propose only some keys). What `best -o` writes as `BEST`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<Value>,
+    /// Where the evaluation's time went (the judge's phases + the daemon's share).
+    #[serde(
+        default,
+        skip_serializing_if = "Phases::is_empty",
+        deserialize_with = "Phases::lenient"
+    )]
+    pub phases: Phases,
 }
 
 impl EvalResult {
@@ -106,6 +115,7 @@ impl EvalResult {
             device: Value::Null,
             elapsed_s,
             config: None,
+            phases: Phases::default(),
         }
     }
 
