@@ -4,6 +4,7 @@
 //! terminal; colour is applied through a `Paint` (term.rs decides when it is on).
 
 mod events;
+mod phases;
 mod show;
 
 pub use events::{event_line, health_str};
@@ -373,6 +374,7 @@ mod tests {
             updated_ms: 0,
             wall_s: 312.0,
             gpu_s: 200.0,
+            phases: None,
         }
     }
 

@@ -93,6 +93,12 @@ pub fn show(detail: &GoalDetail, mode: Mode, paint: Paint) -> String {
         &rows,
         paint,
     ));
+    if let Some(t) = super::phases::table_of(&detail.recent, paint) {
+        out.push('\n');
+        out.push_str(&paint.paint("where the time went (seconds per phase)", Some(Style::Bold)));
+        out.push('\n');
+        out.push_str(&t);
+    }
     out
 }
 
@@ -183,6 +189,9 @@ fn summary_fields(g: &GoalSummary) -> Vec<(&'static str, String)> {
         ),
     ];
     fields.push(("best", g.best.as_ref().map_or("none yet".into(), best_text)));
+    if let Some(m) = &g.phases {
+        fields.push(("phases", super::phases::means_text(m)));
+    }
     if let Some(reason) = &g.reason {
         fields.push(("reason", reason.clone()));
     }

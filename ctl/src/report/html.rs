@@ -32,7 +32,7 @@ code {{ font-size: 0.95em; }}
 <h1>{name}</h1>
 <p class="headline">{}</p>
 "#,
-        esc(&p.headline())
+        esc(&p.headline_and_rate())
     );
     if p.interpreted {
         s.push_str("<p><strong>Interpreted (CPU mode):</strong> these timings come from Triton's interpreter, not from a GPU.</p>\n");

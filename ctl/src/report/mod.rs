@@ -207,6 +207,15 @@ impl Progress {
         (last > first).then(|| (last - first) as f64 / 1000.0)
     }
 
+    /// Evaluations per hour between the first result and the last (the first one's
+    /// start-up is not in the span): the goal's warm rate (issue #12).
+    pub fn per_hour(&self) -> Option<f64> {
+        let n = self.points.len();
+        self.span_s()
+            .filter(|_| n >= 2)
+            .map(|s| (n - 1) as f64 * 3600.0 / s)
+    }
+
     /// Seconds from the first evaluation to the first one at or after `iteration`.
     fn elapsed_at(&self, iteration: u64) -> Option<f64> {
         let start = self.points.first()?.time_ms;
@@ -262,6 +271,20 @@ impl Progress {
             }
         }
         text
+    }
+
+    /// `1520 evaluations/hour (first to last result)`, after two results.
+    pub fn rate_text(&self) -> Option<String> {
+        self.per_hour()
+            .map(|r| format!("{r:.0} evaluations/hour (first to last result)"))
+    }
+
+    /// The headline and the rate on one line (the SVG's and the HTML page's subtitle).
+    pub fn headline_and_rate(&self) -> String {
+        match self.rate_text() {
+            Some(r) => format!("{} · {r}", self.headline()),
+            None => self.headline(),
+        }
     }
 }
 
@@ -424,6 +447,21 @@ mod tests {
         assert!(p
             .headline()
             .starts_with("10 evaluations (2 failed) in 9s · best 12.0× at iteration 10"));
+    }
+
+    #[test]
+    fn headline_gives_the_warm_rate() {
+        // 10 results over 9 s: 9 intervals → 3600 per hour.
+        let p = sample();
+        assert_eq!(p.per_hour(), Some(3600.0));
+        assert_eq!(
+            p.rate_text().as_deref(),
+            Some("3600 evaluations/hour (first to last result)")
+        );
+        assert!(p
+            .headline_and_rate()
+            .ends_with(" · 3600 evaluations/hour (first to last result)"));
+        assert!(Progress::from_events("g", &[]).rate_text().is_none());
     }
 
     #[test]

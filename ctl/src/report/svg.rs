@@ -105,7 +105,7 @@ fn title(s: &mut String, p: &Progress) {
         s,
         r#"<text x="{LEFT}" y="30" font-size="18" font-weight="bold">{name}: speedup per evaluation</text>"#
     );
-    let mut sub = p.headline();
+    let mut sub = p.headline_and_rate();
     if p.interpreted {
         sub.push_str(" · interpreted (CPU mode): not GPU timings");
     }

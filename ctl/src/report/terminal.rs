@@ -20,6 +20,10 @@ pub fn terminal(p: &Progress, columns: usize, paint: Paint) -> String {
         paint.paint(&p.name, Some(Style::Bold)),
         p.headline()
     );
+    if let Some(r) = p.rate_text() {
+        out.push_str(&r);
+        out.push('\n');
+    }
     if p.interpreted {
         out.push_str("(interpreted under CPU mode: timings are not GPU figures)\n");
     }
@@ -190,6 +194,7 @@ mod tests {
             2
         );
         assert!(text.contains("new bests"));
+        assert!(text.contains("3600 evaluations/hour"), "{text}");
         assert!(text.lines().filter(|l| l.contains('█')).count() >= 5);
         assert!(text.lines().all(|l| render::width(l) <= 80), "{text}");
     }
