@@ -192,9 +192,11 @@ class _State:
         from harness.correctness import Abandon, FatalCudaError, classify_exception
         audit = AllowListAudit(*self.audit_args)
         flags = timing._torch_flags()
+        out_view = dict(outs)
+        out_meta = {k: _meta(v) for k, v in outs.items()}
         try:
             with audit:
-                ret = self.fn(dict(ins), dict(outs), dict(self.config))
+                ret = self.fn(dict(ins), out_view, dict(self.config))
             sync()
         except Abandon:
             raise
@@ -215,6 +217,11 @@ class _State:
         if ret is not None:
             return rp.Failure("wrong_result", f"{where}: the entry must return None and write into `out` "
                               f"(it returned {type(ret).__name__})", "output-contract")
+        # the judge reads its own buffers anyway; this names the mistake instead of "unwritten"
+        for k, t in outs.items():
+            if out_view.get(k) is not t or set(out_view) != set(outs) or _meta(t) != out_meta[k]:
+                return rp.Failure("wrong_result", f"{where}: output {k!r} was replaced, re-pointed or resized; "
+                                  f"write into the pre-allocated tensors", "output-contract")
         return None
 
     def _sync(self):
@@ -277,6 +284,10 @@ class _State:
 
 class _Stop(Exception):
     pass
+
+
+def _meta(t):
+    return (type(t), t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
 
 
 if __name__ == "__main__":
