@@ -251,7 +251,8 @@ class _Checker(ast.NodeVisitor):
                 nxt = getattr(obj, p, None)
                 if isinstance(nxt, types.ModuleType):
                     top = nxt.__name__.split(".")[0]
-                    rule = REACH_ATTRS.get(top) or ("io" if top in IO_MODULES else "concurrency"
+                    rule = REACH_ATTRS.get(top) or ("torch-heavy-math" if top == "torch" else "io" if top in IO_MODULES
+                                                    else "concurrency"
                                                     if top in CONCURRENCY_MODULES else "introspection"
                                                     if top in INTROSPECTION_MODULES else "allow-list")
                     self.add(rule, node, f"{dotted} reaches the module {nxt.__name__} (not on the allow-list of "
