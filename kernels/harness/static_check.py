@@ -214,7 +214,8 @@ class _Checker(ast.NodeVisitor):
                 return
         if is_module_root:
             last = parts[-1]
-            if root == "torch" and (last in TORCH_GLOBAL_SETTERS or "backends" in parts[1:]):
+            if root == "torch" and (last in TORCH_GLOBAL_SETTERS or last.startswith("set_") or "autocast" in last
+                                    or "backends" in parts[1:]):
                 self.add("introspection", node, f"uses {dotted} (PyTorch global state shared with the baseline)")
             elif root == "torch" and last in HEAVY_NAMES | self.banned_calls:
                 self.add("torch-heavy-math", node, f"calls {dotted} (PyTorch compute for the task's heavy math)")
@@ -242,16 +243,19 @@ class _Checker(ast.NodeVisitor):
         except ImportError:
             return
         mod_path = parts[0]
+        # what the path reaches names the rule (a.b.subprocess.run is `concurrency` wherever it fails)
+        reach = next((REACH_ATTRS[p] for p in parts[1:] if p in REACH_ATTRS), None)
         for i, p in enumerate(parts[1:], start=1):
             if not hasattr(obj, p):
-                self.add("allow-list", node, f"{dotted}: {'.'.join(parts[:i])} has no attribute {p!r}")
+                self.add(reach or "allow-list", node, f"{dotted}: {'.'.join(parts[:i])} has no attribute {p!r} "
+                         f"(not on the allow-list of attribute paths)")
                 return
             allowed = ALLOWED_PATHS.get(mod_path)
             if allowed is None or not ("*" in allowed or p in allowed):
                 nxt = getattr(obj, p, None)
                 if isinstance(nxt, types.ModuleType):
                     top = nxt.__name__.split(".")[0]
-                    rule = REACH_ATTRS.get(top) or ("torch-heavy-math" if top == "torch" else "io" if top in IO_MODULES
+                    rule = reach or REACH_ATTRS.get(top) or ("torch-heavy-math" if top == "torch" else "io" if top in IO_MODULES
                                                     else "concurrency"
                                                     if top in CONCURRENCY_MODULES else "introspection"
                                                     if top in INTROSPECTION_MODULES else "allow-list")
@@ -269,7 +273,7 @@ class _Checker(ast.NodeVisitor):
             if isinstance(obj, types.ModuleType):
                 if obj.__name__ not in ALLOWED_SUBMODULES and not obj.__name__.startswith("triton.language.extra"):
                     top = obj.__name__.split(".")[0]
-                    rule = REACH_ATTRS.get(p) or REACH_ATTRS.get(top) or ("torch-heavy-math" if top == "torch"
+                    rule = reach or REACH_ATTRS.get(top) or ("torch-heavy-math" if top == "torch"
                                                                            else "allow-list")
                     self.add(rule, node, f"{dotted} reaches the module {obj.__name__} (not on the allow-list)")
                     return
