@@ -214,14 +214,17 @@ def evaluate(req: dict, pool: Pool | None = None) -> dict:
             return done(_result("error", f"the runner did not start: {e.message}", rule="runner-start"))
     phases.add("runner_start", runner.ready_s or 0.0)
     ran["runner"] = {"pid": ready.pid, "sandbox": ready.sandbox}
-    sess = Session(runner, not cpu, phases)
+    rt = req.get("runner_timeout_s")
+    if rt is not None and (isinstance(rt, bool) or not isinstance(rt, (int, float)) or rt <= 0):
+        raise RequestError("`runner_timeout_s` must be a positive number of seconds")
+    sess = Session(runner, not cpu, phases, rt)
     device, dtype, sync = dev.device_str(), low_dtype(cpu), sync_fn(cpu)
     rng = random.Random(int.from_bytes(os.urandom(16), "little"))
     checks: list[dict] = []
     try:
         with phases("import"):
             rep = runner.request(rp.Load(0, src, task.entry, config_req, list(task.banned_calls), _allowed_aten(task),
-                                         skip_flag_check=False), 600)
+                                         skip_flag_check=False), sess.first_timeout)
         if rep.failure:
             return done(_result(rep.failure.cls, rep.failure.message, rule=rep.failure.rule))
         failed(rep)

@@ -115,8 +115,11 @@ class Slots:
 class Session:
     """One candidate's runner plus the judge's bookkeeping for it."""
 
-    def __init__(self, runner: Runner, gpu: bool, phases: Phases):
+    def __init__(self, runner: Runner, gpu: bool, phases: Phases, timeout_s: float | None = None):
         self.r, self.gpu, self.phases = runner, gpu, phases
+        # per runner request; the first call compiles. A request's runner_timeout_s caps both.
+        self.first_timeout = min(FIRST_CALL_TIMEOUT_S, timeout_s or FIRST_CALL_TIMEOUT_S)
+        self.timeout = min(CALL_TIMEOUT_S, timeout_s or CALL_TIMEOUT_S)
         self.slots: dict[str, Slots] = {}
         self.mapped: str | None = None
         self.first_call = True
@@ -140,7 +143,7 @@ class Session:
     def use(self, s: Slots):
         if self.mapped != s.shape_name:
             with self.phases("transfers"):
-                rep = self.r.request(rp.Map(0, s.arena.desc, s.arena.refs), CALL_TIMEOUT_S)
+                rep = self.r.request(rp.Map(0, s.arena.desc, s.arena.refs), self.timeout)
             if not rep.ok:
                 raise RunnerDied("protocol", f"the runner could not map the arena: {rep.error}")
             self.mapped = s.shape_name
@@ -153,7 +156,7 @@ class Session:
         self.first_call = False
         t0 = time.perf_counter()
         rep = self.r.request(rp.Call(0, s.in_keys(j), s.out_keys(j), where, dict(s.scalars)),
-                             FIRST_CALL_TIMEOUT_S if first else CALL_TIMEOUT_S)
+                             self.first_timeout if first else self.timeout)
         self.phases.add("compile" if first else phase, time.perf_counter() - t0)
         failed(rep)
         return rep
