@@ -54,10 +54,12 @@ def _checksum(ts: dict) -> list[float]:
             for t in ts.values()]
 
 
-def _hold_for(host_us: list[float]) -> float:
+def _hold_for(host_us: list[float], factor: float = 1.5, floor_us: float = 20.0) -> float:
+    """The launch-hiding hold: `factor` x the side's median host time + floor_us (capped). A
+    sample whose host time still exceeds it is discarded and the hold raised (leaked_samples)."""
     if not host_us:
-        return 20.0
-    return min(HOLD_CAP_US, 1.5 * statistics.median(host_us) + 20.0)
+        return floor_us
+    return min(HOLD_CAP_US, factor * statistics.median(host_us) + floor_us)
 
 
 def _null_us() -> float:
@@ -194,13 +196,14 @@ def time_shape(sess, task, slots, shape_name, shape, base, cand_vars: list, base
 
     # -- warm-up, holds, calibration ------------------------------------------------------------
     rep, _ = cand_batch(0.0, warmup=True)
-    hold_c = _hold_for(rep.host_us[1:] or rep.host_us) if gpu else 0.0
+    hf, hmin = float(tcfg.get("hold_factor", 1.5)), float(tcfg.get("hold_min_us", 20.0))
+    hold_c = _hold_for(rep.host_us[1:] or rep.host_us, hf, hmin) if gpu else 0.0
     hold_b = 0.0
     if base is not None:
         with ph("baseline"):
             wb = timing.run_batch(bfn, max(5, n), 0.0, gpu, flush=False)
             sync()
-        hold_b = _hold_for(wb["host_us"][1:]) if gpu else 0.0
+        hold_b = _hold_for(wb["host_us"][1:], hf, hmin) if gpu else 0.0
     null_us = None
     if gpu:
         with ph("timing"):
