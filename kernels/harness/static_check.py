@@ -85,7 +85,7 @@ ALLOWED_PATHS = {
     "torch.cuda": {"current_device", "get_device_properties", "get_device_capability", "device_count",
                    "is_available", "synchronize", "OutOfMemoryError"},
     "torch.Tensor": {"*"},
-    "triton": {"jit", "autotune", "Config", "cdiv", "next_power_of_2", "heuristics", "language", "constexpr",
+    "triton": {"jit", "autotune", "Config", "cdiv", "next_power_of_2", "heuristics", "language", "constexpr", "experimental",
                "__version__"},
     "triton.language": {"*"},
     "math": {"*"},
@@ -97,7 +97,10 @@ ALLOWED_PATHS = {
                "Iterator", "Literal", "Final", "ClassVar", "NamedTuple", "TypeVar", "Set", "FrozenSet", "Type"},
     "dataclasses": {"dataclass", "field", "fields", "replace", "asdict", "astuple"},
 }
-ALLOWED_SUBMODULES = {"torch", "torch.cuda", "triton", "triton.language", "triton.language.math",
+# Triton's own kernel languages, every submodule: what candidates are written in
+ALLOWED_MODULE_PREFIXES = ("triton.language.", "triton.experimental.gluon")
+ALLOWED_PATHS["triton.experimental"] = {"gluon"}
+ALLOWED_SUBMODULES = {"triton.experimental", "torch", "torch.cuda", "triton", "triton.language", "triton.language.math",
                       "triton.language.extra", "triton.language.extra.cuda", "triton.language.extra.libdevice",
                       "triton.language.extra.cuda.libdevice", "math", "numpy", "functools", "typing", "dataclasses"}
 # attribute names that reach the OS or the interpreter whatever object they hang off
@@ -246,11 +249,18 @@ class _Checker(ast.NodeVisitor):
         # what the path reaches names the rule (a.b.subprocess.run is `concurrency` wherever it fails)
         reach = next((REACH_ATTRS[p] for p in parts[1:] if p in REACH_ATTRS), None)
         for i, p in enumerate(parts[1:], start=1):
+            if not hasattr(obj, p) and isinstance(obj, types.ModuleType):
+                sub = f"{obj.__name__}.{p}"
+                if sub in ALLOWED_SUBMODULES or sub.startswith(ALLOWED_MODULE_PREFIXES):
+                    try:  # a subpackage nobody imported yet (triton.experimental.gluon)
+                        importlib.import_module(sub)
+                    except ImportError:
+                        pass
             if not hasattr(obj, p):
                 self.add(reach or "allow-list", node, f"{dotted}: {'.'.join(parts[:i])} has no attribute {p!r} "
                          f"(not on the allow-list of attribute paths)")
                 return
-            allowed = ALLOWED_PATHS.get(mod_path)
+            allowed = {"*"} if mod_path.startswith(ALLOWED_MODULE_PREFIXES) else ALLOWED_PATHS.get(mod_path)
             if allowed is None or not ("*" in allowed or p in allowed):
                 nxt = getattr(obj, p, None)
                 if isinstance(nxt, types.ModuleType):
@@ -271,7 +281,7 @@ class _Checker(ast.NodeVisitor):
                 return
             obj = getattr(obj, p)
             if isinstance(obj, types.ModuleType):
-                if obj.__name__ not in ALLOWED_SUBMODULES and not obj.__name__.startswith("triton.language.extra"):
+                if obj.__name__ not in ALLOWED_SUBMODULES and not obj.__name__.startswith(ALLOWED_MODULE_PREFIXES):
                     top = obj.__name__.split(".")[0]
                     rule = reach or REACH_ATTRS.get(top) or ("torch-heavy-math" if top == "torch"
                                                                            else "allow-list")
