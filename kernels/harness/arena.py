@@ -41,18 +41,29 @@ def dtype_of(name: str) -> torch.dtype:
     return _DT[name]
 
 
+class IpcHandle(ctypes.Structure):
+    """CUipcMemHandle: 64 opaque bytes, passed BY VALUE to cuIpcOpenMemHandle."""
+    _fields_ = [("reserved", ctypes.c_char * 64)]
+
+
 class _Cuda:
     """The few CUDA driver calls arenas need (the judge's and the runner's own code, never a
-    candidate's)."""
+    candidate's). The primary context torch made current on this thread is the one used."""
     _lib = None
 
     @classmethod
     def lib(cls):
         if cls._lib is None:
             lib = ctypes.CDLL("libcuda.so.1")
-            for name in ("cuMemAlloc_v2", "cuMemFree_v2", "cuIpcGetMemHandle", "cuIpcOpenMemHandle_v2",
-                         "cuIpcCloseMemHandle", "cuMemsetD8_v2"):
-                getattr(lib, name).restype = ctypes.c_int
+            u64p = ctypes.POINTER(ctypes.c_uint64)
+            sig = {"cuMemAlloc_v2": [u64p, ctypes.c_size_t], "cuMemFree_v2": [ctypes.c_uint64],
+                   "cuIpcGetMemHandle": [ctypes.POINTER(IpcHandle), ctypes.c_uint64],
+                   "cuIpcOpenMemHandle_v2": [u64p, IpcHandle, ctypes.c_uint],
+                   "cuIpcCloseMemHandle": [ctypes.c_uint64]}
+            for name, args in sig.items():
+                f = getattr(lib, name)
+                f.restype = ctypes.c_int
+                f.argtypes = args
             cls._lib = lib
         return cls._lib
 
@@ -110,12 +121,13 @@ class JudgeArena:
             size = (size + GPU_GRANULE - 1) // GPU_GRANULE * GPU_GRANULE
             lib = _Cuda.lib()
             ptr = ctypes.c_uint64()
-            _Cuda.check(lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(size)), "cuMemAlloc")
+            _Cuda.check(lib.cuMemAlloc_v2(ctypes.byref(ptr), size), "cuMemAlloc")
             self._ptr = ptr.value
-            handle = (ctypes.c_char * 64)()
-            _Cuda.check(lib.cuIpcGetMemHandle(handle, ctypes.c_uint64(self._ptr)), "cuIpcGetMemHandle")
+            handle = IpcHandle()
+            _Cuda.check(lib.cuIpcGetMemHandle(ctypes.byref(handle), self._ptr), "cuIpcGetMemHandle")
             self.buf = _wrap_cuda(self._ptr, size)
-            self.desc = Arena("cuda_ipc", size, ipc={"handle": base64.b64encode(bytes(handle)).decode()})
+            raw = ctypes.string_at(ctypes.addressof(handle), 64)  # (.reserved would stop at a NUL)
+            self.desc = Arena("cuda_ipc", size, ipc={"handle": base64.b64encode(raw).decode()})
         else:
             path = os.path.join(scratch, f"arena-{tag}.bin")
             self.buf = torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
@@ -129,7 +141,7 @@ class JudgeArena:
         self.buf = None
         if self._ptr is not None:
             torch.cuda.synchronize()
-            _Cuda.lib().cuMemFree_v2(ctypes.c_uint64(self._ptr))
+            _Cuda.lib().cuMemFree_v2(self._ptr)
             self._ptr = None
         elif getattr(self, "path", None):
             try:
@@ -149,11 +161,11 @@ class RunnerArena:
             raw = base64.b64decode(desc.ipc["handle"])
             if len(raw) != 64:
                 raise ValueError("a CUDA IPC handle has 64 bytes")
-            handle = (ctypes.c_char * 64).from_buffer_copy(raw)
+            handle = IpcHandle.from_buffer_copy(raw)
             ptr = ctypes.c_uint64()
             lib = _Cuda.lib()
             # CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
-            _Cuda.check(lib.cuIpcOpenMemHandle_v2(ctypes.byref(ptr), handle, ctypes.c_uint(1)), "cuIpcOpenMemHandle")
+            _Cuda.check(lib.cuIpcOpenMemHandle_v2(ctypes.byref(ptr), handle, 1), "cuIpcOpenMemHandle")
             self._ptr = ptr.value
             self.buf = _wrap_cuda(self._ptr, desc.nbytes)
         self.t = views(self.buf, refs)
@@ -163,5 +175,5 @@ class RunnerArena:
         self.buf = None
         if self._ptr is not None:
             torch.cuda.synchronize()
-            _Cuda.lib().cuIpcCloseMemHandle(ctypes.c_uint64(self._ptr))
+            _Cuda.lib().cuIpcCloseMemHandle(self._ptr)
             self._ptr = None

@@ -129,6 +129,7 @@ def describe(req: dict, pool: Pool | None = None) -> dict:
     runner = (pool or POOL).take()
     try:
         runner.wait_ready()
+        (pool or POOL).prestart()
         rep = runner.request(rp.Load(0, src, task.entry, {}, list(task.banned_calls), _allowed_aten(task)), 600)
     except RunnerDied as e:
         return {"space": {}, "default": {}, "class": "error", "message": f"runner: {e.message}"}
@@ -212,6 +213,8 @@ def evaluate(req: dict, pool: Pool | None = None) -> dict:
             ready = runner.wait_ready()
         except RunnerDied as e:
             return done(_result("error", f"the runner did not start: {e.message}", rule="runner-start"))
+        finally:
+            pool.prestart()  # the next candidate's runner starts while this one works
     phases.add("runner_start", runner.ready_s or 0.0)
     ran["runner"] = {"pid": ready.pid, "sandbox": ready.sandbox}
     rt = req.get("runner_timeout_s")

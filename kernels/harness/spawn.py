@@ -93,7 +93,7 @@ class Runner:
         self._buf = b""
         self._id = 0
         self.dead = False
-        proc.EXIT_HOOKS.append(self.kill)
+        proc.EXIT_HOOKS.append(self._killpg)
 
     # -- lines -------------------------------------------------------------------------------------
     def _readline(self, timeout_s: float) -> bytes:
@@ -155,15 +155,19 @@ class Runner:
             self.kill()
             raise
 
+    def _killpg(self):
+        """The orphaned judge's last act: no waiting, no cleanup (the daemon clears the scratch root)."""
+        try:
+            os.killpg(self.p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+
     def kill(self):
         """SIGKILL the runner's whole process group, reap it, delete its scratch."""
         if self.dead:
             return
         self.dead = True
-        try:
-            os.killpg(self.p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, OSError):
-            pass
+        self._killpg()
         try:
             self.p.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -175,7 +179,7 @@ class Runner:
                 pass
         shutil.rmtree(self.scratch, ignore_errors=True)
         try:
-            proc.EXIT_HOOKS.remove(self.kill)
+            proc.EXIT_HOOKS.remove(self._killpg)
         except ValueError:
             pass
 
@@ -209,13 +213,14 @@ class Pool:
         self.spare: Runner | None = None
 
     def take(self) -> Runner:
+        """The spare (or a new runner). The caller starts the next spare with prestart() once this
+        one is ready: two runners importing torch at once only slow each other down."""
         r = self.spare if self.spare is not None and self.spare.p.poll() is None else None
         if r is None and self.spare is not None:
             self.spare.kill()
         self.spare = None
         if r is None:
             r = Runner()
-        self.prestart()
         return r
 
     def prestart(self):
