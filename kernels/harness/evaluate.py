@@ -288,7 +288,11 @@ def evaluate(req: dict, pool: Pool | None = None) -> dict:
         if profile_req:
             with phases("profile"):
                 profile = {"kernels": _kernels(sess, task, timed, seeds, device, dtype), "ncu": None}
-                if want_ncu and not cpu:
+                if want_ncu and not cpu and os.environ.get("KERNELD_RUNNER_LAUNCHER"):
+                    # ncu_run.py imports the candidate in a process of its own: never outside the sandbox
+                    profile["ncu"] = {"error": "ncu is off while runners are sandboxed (ncu_run.py would import "
+                                               "the candidate outside the runner)"}
+                elif want_ncu and not cpu:
                     profile["ncu"] = prof.ncu_summary(str(task.dir), str(path), config, timed[0][0])
         devinfo = None
         if not cpu:

@@ -161,3 +161,18 @@ def test_timer_bound_passes_honest_and_catches_lies(device_us, fixed_us, host_hi
     with pytest.raises(CheckFailure, match="did not run the loop"):
         jt._timer_check([(n * fixed_us * 0.3e-6 + ping, 1.0)] * 6, [fixed_us * 1e-6] * 6, ping, n, factor,
                         gpu_allow, frac, "s")
+
+
+def test_describe_reads_literals_and_asks_a_runner_otherwise(tmp_path):
+    r = ev.describe({"task_dir": str(DEMO), "candidate": SEED})
+    assert r["class"] == "ok" and r["default"]["BLOCK_M"] == 32
+    src = open(SEED).read().replace("SPACE = {", "SPACE = dict(**{", 1)
+    i = src.index("SPACE = dict(**{")
+    j = src.index("\n}", i)
+    src = src[:j] + "\n})" + src[j + 2:]
+    p = tmp_path / "computed_space.py"
+    p.write_text(src)
+    r2 = ev.describe({"task_dir": str(DEMO), "candidate": str(p)})
+    assert r2["class"] == "ok", r2["message"]
+    assert r2["space"] == r["space"]
+    assert not [m for m in sys.modules if m.startswith("kerneld_cand_")]
