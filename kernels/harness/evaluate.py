@@ -6,7 +6,6 @@ times the baselines itself (ABAB with the runner's batches) and decides the verd
 from __future__ import annotations
 
 import ast
-import hashlib
 import math
 import os
 import random
@@ -344,10 +343,6 @@ def _kernels(sess, task, timed, seeds, device, dtype):
     except RunnerDied as e:
         return [{"name": f"(kernel stats unavailable: {e.message})"}]
     return rep.kernels or []
-
-
-def source_sha(src: str) -> str:
-    return hashlib.sha256(src.encode()).hexdigest()
 
 
 def _r(x, nd=3):

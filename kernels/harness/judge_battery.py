@@ -9,8 +9,6 @@ within the task's tolerance. The task's extra_checks hook runs once per shape (f
 """
 from __future__ import annotations
 
-import torch
-
 from .correctness import CheckFailure, _finite, _same, clone_inputs, compare, unwritten_count
 
 
