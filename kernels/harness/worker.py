@@ -92,7 +92,11 @@ def main() -> int:
     if not cpu:
         torch.cuda.init()
         torch.empty(1, device="cuda")  # create the context now, not in the first evaluation
-    ev.POOL.prestart()                 # the first evaluation's runner starts while we wait
+    if not cpu:
+        # the first evaluation's runner starts while we wait for it. Not in CPU mode (tests, CI on
+        # 2 cores): an idle judge there would only double the start-up load; the spare is started
+        # ahead from the first evaluation on.
+        ev.POOL.prestart()
     send({"event": "ready", "pid": os.getpid(), "mode": "cpu" if cpu else "gpu", "torch": torch.__version__,
           "triton": triton.__version__, "python": platform.python_version(), "device": dev.identity(),
           "limits": limits, "role": "judge", "nondumpable": nondumpable,
