@@ -1,0 +1,82 @@
+//! Issue #12 through the real binaries (CPU mode): every evaluation record says where
+//! its time went (the judge's phases + the daemon's share), `kernelctl show` prints the
+//! breakdown, `status --json` carries the goal's means, `report` the rate.
+
+use std::time::Duration;
+
+use kerneld::wire::{GoalDetail, GoalState, GoalSummary};
+use kerneld_e2e::*;
+use serde_json::json;
+
+#[test]
+fn phases_are_recorded_shown_and_averaged() {
+    let dir = TempDir::new("phases");
+    let d = Daemon::start(dir.path());
+    let goal = demo_goal(dir.path(), "phases-e2e", 3, "");
+    let id = enqueue(&d, &goal);
+    let g = d.wait_terminal(&id, Duration::from_secs(240));
+    assert_eq!(g.state, GoalState::Completed, "{g:?}");
+
+    let detail: GoalDetail = serde_json::from_value(d.call("show", json!({"goal": id}))).unwrap();
+    assert_eq!(detail.recent.len(), 3);
+    for (i, rec) in detail.recent.iter().enumerate() {
+        let p = &rec.result.phases;
+        // The judge's phases: a CPU evaluation imports, compiles (first call), checks
+        // and times; none of it is negative, and it fits in the evaluation.
+        assert!(p.import > 0.0 && p.compile > 0.0, "{p:?}");
+        assert!(p.correctness_candidate > 0.0 && p.timing > 0.0, "{p:?}");
+        let judged: f64 = p.judge().iter().map(|(_, s)| *s).sum();
+        assert!(p.judge().iter().all(|(_, s)| *s >= 0.0), "{p:?}");
+        assert!(
+            judged - p.runner_start <= rec.result.elapsed_s + 0.5,
+            "phases {judged} s exceed the evaluation's {} s: {p:?}",
+            rec.result.elapsed_s
+        );
+        // The daemon's share: reply → commit on every record; the gap from the previous
+        // result once the slot has had one (the slot was busy all along).
+        let rec_s = p.daemon_record.expect("daemon_record on every result");
+        assert!((0.0..5.0).contains(&rec_s), "{p:?}");
+        if i > 0 {
+            let gap = p.daemon_gap.expect("daemon_gap after the first result");
+            assert!((0.0..30.0).contains(&gap), "{p:?}");
+        } else {
+            assert!(p.daemon_gap.is_none(), "the first result has no gap: {p:?}");
+        }
+    }
+
+    // status --json: the goal's means over its evaluations, and the warm rate.
+    let out = kernelctl(&d.socket, &["status", "--json"]);
+    assert!(out.status.success());
+    let all: Vec<GoalSummary> = serde_json::from_slice(&out.stdout).unwrap();
+    let me = all.iter().find(|s| s.id == id).unwrap();
+    let m = me.phases.as_ref().expect("phases in status --json");
+    assert_eq!(m.evaluations, 3);
+    let mean_compile =
+        detail.recent.iter().map(|r| r.result.phases.compile).sum::<f64>() / 3.0;
+    assert!((m.mean.compile - mean_compile).abs() < 1e-6, "{m:?}");
+    assert!(m.mean.daemon_gap.is_some() && m.mean.daemon_record.is_some());
+    assert!(m.evaluations_per_hour.is_some_and(|r| r > 0.0), "{m:?}");
+
+    // show: the breakdown table and the means line.
+    let out = kernelctl(&d.socket, &["show", &id]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("where the time went"), "{text}");
+    for col in ["COMPILE", "TIMING", "DAEMON", "GPU-WORK"] {
+        assert!(text.contains(col), "{col} missing:\n{text}");
+    }
+    assert!(text.contains("mean over 3 evaluations"), "{text}");
+
+    // report (terminal): evaluations per hour.
+    let out = kernelctl(&d.socket, &["report", &id]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("evaluations/hour"), "{text}");
+
+    // A restart keeps them (they are in the log and the stored projection).
+    assert!(d.stop().success());
+    let d = Daemon::start(dir.path());
+    let g = d.goal(&id);
+    assert_eq!(g.phases.as_ref().map(|m| m.evaluations), Some(3));
+    assert!(d.stop().success());
+}
