@@ -51,8 +51,12 @@ fn phases_are_recorded_shown_and_averaged() {
     let me = all.iter().find(|s| s.id == id).unwrap();
     let m = me.phases.as_ref().expect("phases in status --json");
     assert_eq!(m.evaluations, 3);
-    let mean_compile =
-        detail.recent.iter().map(|r| r.result.phases.compile).sum::<f64>() / 3.0;
+    let mean_compile = detail
+        .recent
+        .iter()
+        .map(|r| r.result.phases.compile)
+        .sum::<f64>()
+        / 3.0;
     assert!((m.mean.compile - mean_compile).abs() < 1e-6, "{m:?}");
     assert!(m.mean.daemon_gap.is_some() && m.mean.daemon_record.is_some());
     assert!(m.evaluations_per_hour.is_some_and(|r| r > 0.0), "{m:?}");

@@ -1,6 +1,6 @@
 //! Where evaluations' time went (issue #12): the per-phase table of `show` and the
 //! goal's averages line. The phases come from the judge (`result.phases`) and the
-//! daemon (`daemon_gap`, `daemon_record`); old records without them show nothing.
+//! daemon (`daemon_gap`, shown as DAEMON); old records without them show nothing.
 
 use kerneld_protocol::wire::{EvaluationRecord, Phases};
 use kerneld_protocol::worker::PhaseMeans;
@@ -40,13 +40,9 @@ fn columns(p: &Phases) -> [(&'static str, Option<f64>); 10] {
         ("TIMING", Some(p.timing + p.timed_checks)),
         ("PROFILE", Some(p.profile)),
         ("XFER", Some(p.transfers)),
-        (
-            "DAEMON",
-            match (p.daemon_gap, p.daemon_record) {
-                (None, None) => None,
-                (g, r) => Some(g.unwrap_or(0.0) + r.unwrap_or(0.0)),
-            },
-        ),
+        // The gap from the previous result to this request: it holds the previous
+        // record's commit, so it alone is the daemon's share per evaluation.
+        ("DAEMON", p.daemon_gap),
     ]
 }
 
