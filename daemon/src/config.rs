@@ -158,6 +158,12 @@ impl Config {
         self.state_dir.join("sources")
     }
 
+    /// The judges' compile caches (KERNELD_JUDGE_CACHE_DIR, docs PROCESS_MODEL.md): the
+    /// baseline's torch.compile artifacts, kept across judges; runners never get it.
+    pub fn judge_cache_dir(&self) -> PathBuf {
+        self.state_dir.join("cache").join("judge")
+    }
+
     pub fn worker_script(&self) -> PathBuf {
         self.kernels_dir.join("harness").join("worker.py")
     }

@@ -34,6 +34,9 @@ pub struct WorkerSpec {
     /// Address-space limit in bytes (CPU mode only; 0 = none).
     pub max_address_space: u64,
     pub start_timeout: Duration,
+    /// The judge's own compile caches (issue #12, `KERNELD_JUDGE_CACHE_DIR`, PROCESS_MODEL.md):
+    /// the baseline's torch.compile is paid once per machine. Never a runner's.
+    pub judge_cache: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +87,9 @@ impl Worker {
             .env_remove("WATCHDOG_PID")
             .process_group(0)
             .kill_on_drop(true);
+        if let Some(dir) = &spec.judge_cache {
+            cmd.env("KERNELD_JUDGE_CACHE_DIR", dir);
+        }
         match &spec.gpu_uuid {
             Some(uuid) => {
                 cmd.env("CUDA_VISIBLE_DEVICES", uuid)

@@ -66,6 +66,7 @@ impl Engine {
                 self.config().worker_max_address_space_cpu
             },
             start_timeout: self.config().worker_start_timeout,
+            judge_cache: Some(self.config().judge_cache_dir()),
         }
     }
 
