@@ -36,10 +36,16 @@ def judge_outputs(task, outs: dict, ref: dict, where: str, row_for=None):
     return rows
 
 
-def run_battery(sess, task, checked: list, seeds: list, device: str, dtype, sync, nslots_for) -> list[dict]:
+def run_battery(sess, task, checked: list, seeds: list, device: str, dtype, sync, nslots_for,
+                refs=None) -> list[dict]:
+    """`seeds` are the daemon's; with `refs` (a ref_pool.RefPool) each shape also runs the pool's
+    secret seeds, whose references are kept, and its rows say `"seed": "pool"`."""
     rows: list[dict] = []
     for shape_name, shape in checked:
-        for seed in seeds:
+        key = (str(task.dir), shape_name, str(dtype), device)
+        secret = refs.draw(key, avoid=seeds) if refs is not None else []
+        for seed in list(seeds) + secret:
+            label = "pool" if seed in secret else seed
             inputs = task.make_inputs(shape, seed, device, dtype)
             slots = sess.slots_for(task, shape_name, shape, inputs, nslots_for(shape_name))
             if not slots.fits(inputs):
@@ -50,7 +56,7 @@ def run_battery(sess, task, checked: list, seeds: list, device: str, dtype, sync
             ref = None
             per_output: dict[str, dict] = {}
             for order in ("candidate-first", "reference-first"):
-                where = f"shape {shape_name} seed {seed} ({order})"
+                where = f"shape {shape_name} seed {label} ({order})"
                 slots.poison(0)
                 sync()
                 try:
@@ -65,9 +71,12 @@ def run_battery(sess, task, checked: list, seeds: list, device: str, dtype, sync
                         err.rows = rows
                         raise err
                 if ref is None:
-                    with sess.phases("correctness_reference"):
-                        ref = task.reference(clone_inputs(inputs))
+                    def oracle():
+                        r = task.reference(clone_inputs(inputs))
                         sync()
+                        return r
+                    with sess.phases("correctness_reference"):
+                        ref = refs.reference(key, seed, oracle) if seed in secret else oracle()
                     missing = set(slots.out_spec) - set(ref)
                     if missing:
                         raise RuntimeError(f"task.reference did not return {sorted(missing)}")
@@ -75,18 +84,20 @@ def run_battery(sess, task, checked: list, seeds: list, device: str, dtype, sync
                     got = judge_outputs(task, slots.tout(0), ref, where)
                 except CheckFailure as e:
                     name, row = e.row
-                    rows.append(_finite({"shape": shape_name, "seed": seed, "output": name, **row}))
+                    rows.append(_finite({"shape": shape_name, "seed": label, "output": name, **row}))
                     e.rows = rows
                     raise
                 for name, row in got.items():
-                    acc = per_output.setdefault(name, {"shape": shape_name, "seed": seed, "output": name,
+                    acc = per_output.setdefault(name, {"shape": shape_name, "seed": label, "output": name,
                                                        "rel_rmse": 0.0, "max_err": 0.0, "passed": True})
                     acc["rel_rmse"] = max(acc["rel_rmse"], row["rel_rmse"])
                     acc["max_err"] = max(acc["max_err"], row["max_err"])
             rows.extend(_finite(r) for r in per_output.values())
             del ref
-            if seed == seeds[0]:
+            if seeds and seed == seeds[0]:
                 rows.extend(_extra_checks(sess, task, slots, shape_name, shape, seed, device, dtype, sync))
+        if secret:
+            refs.rotate(key, avoid=seeds)
     return rows
 
 
