@@ -29,8 +29,8 @@ from .taskload import TaskError, load_task
 DEFAULT_SEEDS = [11, 12, 13]
 DEFAULT_TIMING = {"warmup_ms": 25, "min_reps": 20, "max_reps": 200, "target_noise_pct": 1.0}
 POOL = Pool()   # the spare runner lives as long as this judge
-# Secret seeds with kept references (issue #12); KERNELD_REF_POOL=0 turns it off.
-REFS = None if os.environ.get("KERNELD_REF_POOL", "1") == "0" else RefPool()
+# Secret seeds with kept references (issue #12); KERNELD_REF_POOL=0: nothing kept.
+REFS = RefPool(keep=os.environ.get("KERNELD_REF_POOL", "1") != "0")
 
 
 class RequestError(Exception):
@@ -245,10 +245,10 @@ def evaluate(req: dict, pool: Pool | None = None) -> dict:
             sample = task.make_inputs(shape, seeds[0], device, dtype)
             sizes[name] = nslots(task, shape, not cpu, sample)
             del sample
-        # The daemon's first seed fresh + the judge's pool of secret seeds with kept
+        # The request's seeds, topped up from the judge's pool of secret seeds with kept
         # references (ref_pool.py); a re-time keeps its one fresh seed only.
-        fresh, refs = (seeds, None) if retime or REFS is None else (seeds[:1], REFS)
-        checks = run_battery(sess, task, checked, fresh, device, dtype, sync, nslots_for, refs)
+        refs = None if retime else REFS
+        checks = run_battery(sess, task, checked, seeds, device, dtype, sync, nslots_for, refs)
         shape_rows, spreads, speedups = [], [], []
         disc, clocks, reasons = 0, [], set()
         baseline_error = None

@@ -4,9 +4,11 @@ seed of every evaluation is wasted GPU time.
 
 Per (task, shape, dtype) the judge keeps POOL_SIZE secret seeds (drawn from the OS's random
 source, never sent anywhere: runners see the inputs made from them, never a seed, and results
-label their rows `"seed": "pool"`). An evaluation's battery runs the daemon's first seed (fresh
-per evaluation, reproducible from the log, its reference computed as before) plus
-POOL_DRAWS seeds drawn from the pool, whose references are computed once and kept. After each
+label their rows `"seed": "pool"`). An evaluation's battery runs every seed the request names
+(fresh per evaluation, reproducible from the log, references computed as before), topped up
+to MIN_SEEDS per shape with seeds drawn from the pool, whose references are computed once
+and kept. The daemon sends one seed (daemon/src/engine/evaluation.rs), so two come from the
+pool; a request with three or more seeds runs exactly as before the pool existed. After each
 evaluation one member of each used pool is replaced by a new secret seed, so the pool rotates:
 a candidate that memorised outputs for some inputs (it cannot keep them: each runner's scratch
 is deleted, and under the sandbox it can write nowhere else) would still face the fresh seed
@@ -17,13 +19,17 @@ from __future__ import annotations
 import random
 
 POOL_SIZE = 8
-POOL_DRAWS = 2
+# The battery checks at least this many seeds per shape: the request's, topped up from the pool.
+MIN_SEEDS = 3
 MAX_BYTES = 2 * 2**30
 
 
 class RefPool:
-    def __init__(self, size: int = POOL_SIZE, draws: int = POOL_DRAWS, max_bytes: int = MAX_BYTES):
-        self.size, self.draws, self.max_bytes = size, draws, max_bytes
+    def __init__(self, size: int = POOL_SIZE, min_seeds: int = MIN_SEEDS, max_bytes: int = MAX_BYTES,
+                 keep: bool = True):
+        # keep=False (KERNELD_REF_POOL=0): the top-up seeds are fresh secrets every time and no
+        # reference is kept (the battery's cost before the pool, its seed count unchanged).
+        self.size, self.min_seeds, self.max_bytes, self.keep = size, min_seeds, max_bytes, keep
         self._rng = random.SystemRandom()
         self._seeds: dict[tuple, list[int]] = {}
         self._refs: dict[tuple, dict] = {}
@@ -38,15 +44,27 @@ class RefPool:
                 return s
 
     def draw(self, key: tuple, avoid=()) -> list[int]:
-        """`draws` distinct secret seeds of the pool for `key` (filled on first use)."""
+        """Distinct secret seeds of `key`'s pool (filled on first use) that top the request's
+        seeds (`avoid`) up to `min_seeds`; none when the request brings enough."""
+        n = max(0, self.min_seeds - len(list(avoid)))
+        if n == 0:
+            return []
+        if not self.keep:
+            out: list[int] = []
+            while len(out) < n:
+                s = self._fresh(key, list(avoid) + out)
+                out.append(s)
+            return out
         pool = self._seeds.setdefault(key, [])
         while len(pool) < self.size:
             pool.append(self._fresh(key, avoid))
-        return self._rng.sample(pool, min(self.draws, len(pool)))
+        return self._rng.sample(pool, min(n, len(pool)))
 
     def reference(self, key: tuple, seed: int, compute):
         """The kept reference for (key, seed), else compute() (kept when it fits)."""
         k = (key, seed)
+        if not self.keep:
+            return compute()
         if k in self._refs:
             self.hits += 1
             return self._refs[k]

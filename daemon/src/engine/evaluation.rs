@@ -18,8 +18,11 @@ use kerneld_protocol::worker;
 
 /// A `describe` of a seed (static checks + import) must answer within this.
 const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(120);
-/// Correctness seeds per evaluation.
-const SEEDS_PER_EVALUATION: usize = 3;
+/// Correctness seeds per evaluation the daemon picks (fresh, reproducible from the log). The
+/// judge tops the battery up to three seeds per shape from its pool of secret seeds whose
+/// references it keeps (kernels/harness/ref_pool.py, issue #12): one fresh oracle per shape
+/// instead of three.
+const SEEDS_PER_EVALUATION: usize = 1;
 /// A device drained for throttling during a measurement is retried after this.
 const THROTTLE_COOLDOWN: Duration = Duration::from_secs(60);
 

@@ -8,20 +8,21 @@ from harness import evaluate as ev
 from harness.ref_pool import RefPool
 
 SEED = str(DEMO / "seeds" / "tiled.py")
-REQ = {"task_dir": str(DEMO), "seeds": [1, 2, 3], "timing": {"cpu_reps": 3}, "profile": False}
+REQ = {"task_dir": str(DEMO), "seeds": [1], "timing": {"cpu_reps": 3}, "profile": False}
 
 
 def test_references_are_computed_once_per_pool_seed_and_rotate():
-    p = RefPool(size=4, draws=2)
+    p = RefPool(size=4, min_seeds=3)
     key = ("t", "s", "fp32", "cpu")
+    assert p.draw(key, avoid=[1, 2, 3]) == []  # the request brings enough
     calls = []
 
     def compute():
         calls.append(1)
         return {"c": torch.zeros(4)}
 
-    drawn = p.draw(key, avoid=[1, 2])
-    assert len(set(drawn)) == 2 and not set(drawn) & {1, 2}
+    drawn = p.draw(key, avoid=[1])
+    assert len(set(drawn)) == 2 and 1 not in drawn
     for s in drawn:
         p.reference(key, s, compute)
         p.reference(key, s, compute)
@@ -33,7 +34,7 @@ def test_references_are_computed_once_per_pool_seed_and_rotate():
 
 
 def test_kept_references_are_bounded_in_bytes():
-    p = RefPool(size=2, draws=2, max_bytes=16)
+    p = RefPool(size=2, min_seeds=2, max_bytes=16)
     key = ("t", "s", "fp32", "cpu")
     for s in p.draw(key):
         p.reference(key, s, lambda: {"c": torch.zeros(4)})  # 16 bytes each: the second is not kept
@@ -41,14 +42,13 @@ def test_kept_references_are_bounded_in_bytes():
 
 
 def test_the_judge_checks_pool_seeds_and_keeps_them_secret(monkeypatch):
-    refs = RefPool(size=2, draws=2)  # every member drawn: after one rotation, one is kept
+    refs = RefPool(size=2, min_seeds=3)  # 1 request seed + both members drawn: after one rotation, one is kept
     monkeypatch.setattr(ev, "REFS", refs)
     r1 = ev.evaluate({**REQ, "candidate": SEED})
     assert r1["class"] == "ok", r1["message"]
     seeds = [c["seed"] for c in r1["checks"] if not str(c["output"]).startswith("check:")]
-    # The daemon's first seed only, plus the pool's (labelled, never by number).
-    assert 1 in seeds and 2 not in seeds and 3 not in seeds
-    assert seeds.count("pool") >= 2
+    # The request's seed, topped up by the pool's (labelled, never by number).
+    assert seeds.count(1) == seeds.count("pool") / 2 > 0
     secret = {s for pool in refs._seeds.values() for s in pool}
     text = json.dumps(r1)
     assert not any(str(s) in text for s in secret), "a secret seed leaked into the result"
@@ -72,3 +72,14 @@ def test_a_wrong_candidate_is_still_caught_with_the_pool_on(monkeypatch, tmp_pat
                    "    out['c'].mul_(1.5)\n")
     r = ev.evaluate({**REQ, "candidate": str(bad)})
     assert r["class"] in ("wrong_result", "rejected"), r
+
+
+def test_without_keeping_the_top_up_seeds_are_fresh_every_time():
+    p = RefPool(keep=False)
+    key = ("t", "s", "fp32", "cpu")
+    a, b = p.draw(key, avoid=[1]), p.draw(key, avoid=[1])
+    assert len(a) == 2 and len(b) == 2 and not set(a) & set(b)
+    calls = []
+    for _ in range(2):
+        p.reference(key, a[0], lambda: calls.append(1) or {"c": torch.zeros(1)})
+    assert len(calls) == 2 and not p._refs
