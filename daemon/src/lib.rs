@@ -15,6 +15,7 @@ pub mod paths;
 pub mod projection;
 pub mod reconfigure;
 pub mod rpc;
+pub mod sandbox;
 pub mod scheduler;
 pub mod spool;
 pub mod store;
