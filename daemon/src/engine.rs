@@ -139,6 +139,8 @@ pub struct Engine {
     /// a scheduler that stops ticking stops the pings.
     on_tick: Mutex<Option<TickFn>>,
     started: Instant,
+    /// The evaluation sandbox as found at start (crate::sandbox).
+    sandbox: crate::sandbox::Runtime,
 }
 
 /// What the scheduler calls on each tick, with a one-line status of the daemon.
@@ -184,6 +186,7 @@ impl Engine {
             map.insert(proj.id.clone(), GoalRt::new(proj));
         }
         let (events, _) = broadcast::channel(4096);
+        let cfg_for_sandbox = cfg.clone();
         let engine = Arc::new(Engine {
             cfg: std::sync::RwLock::new(cfg),
             store,
@@ -197,7 +200,12 @@ impl Engine {
             fatal_reason: Mutex::new(None),
             on_tick: Mutex::new(None),
             started: Instant::now(),
+            sandbox: {
+                let cfg = cfg_for_sandbox;
+                tokio::task::spawn_blocking(move || crate::sandbox::Runtime::detect(&cfg)).await?
+            },
         });
+        engine.sandbox.log();
         let mode = engine.devices.mode().to_string();
         // The log's last event is the last moment this daemon is known to have been alive
         // (a clean stop records one; after a crash it is a little early). Running goals'
@@ -602,6 +610,7 @@ impl Engine {
                 self.config().worker_max_address_space_cpu
             },
             start_timeout: self.config().worker_start_timeout,
+            sandbox: self.sandbox.worker(&self.config(), slot, &info),
         }
     }
 
@@ -932,6 +941,7 @@ impl Engine {
                     work_root,
                     best_source,
                     cancel: cancel.clone(),
+                    command_env: self.config().command_env.clone(),
                 };
                 let next = proj.iteration + 1;
                 // Enqueue refuses this; goals logged before that rule (or an admin group
@@ -1643,6 +1653,7 @@ impl Engine {
             files: params.files,
             llm_keys: self.config().llm_keys.clone(),
         };
+        let sent_seeds = !requester.files.is_empty();
         let (path, source) = (params.path, params.source);
         let spec = tokio::task::spawn_blocking(move || {
             crate::goal::parse(&path, &source, &kernels, &requester)
@@ -1650,6 +1661,9 @@ impl Engine {
         .await
         .map_err(internal)?
         .map_err(|e| rpc_err(code::INVALID_GOAL, e.to_string()))?;
+        self.sandbox
+            .admit(&spec.agent.kind, sent_seeds)
+            .map_err(|e| rpc_err(code::PERMISSION_DENIED, e))?;
         let guard = self.commit_lock.lock().await;
         if params.unique {
             let st = self.state.lock().unwrap();
@@ -1962,6 +1976,7 @@ impl Engine {
             mode: self.devices.mode().into(),
             note: self.devices.note(),
             devices,
+            sandbox: Some(self.sandbox.status()),
         }
     }
 
@@ -1973,6 +1988,7 @@ impl Engine {
             mode: self.devices.mode().into(),
             state_dir: self.config().state_dir.display().to_string(),
             last_seq: self.store.last_seq().map_err(internal)?,
+            sandbox: Some(self.sandbox.status()),
         })
     }
 

@@ -9,9 +9,12 @@
 //! The trust boundaries are drawn in ARCHITECTURE.md ("Processes and trust boundaries").
 
 pub mod apply;
+pub mod inbox;
 pub mod options;
 pub mod policy;
 pub mod probe;
+pub mod runtime;
 
 pub use options::Options;
 pub use probe::Probe;
+pub use runtime::{Runtime, WorkerSandbox};

@@ -1,23 +1,7 @@
 //! What the running kernel and process can enforce: `kerneld-sandbox --probe` prints it,
 //! the daemon runs that at start and reports it (log, `kernelctl version` and `gpus`).
 
-use serde::{Deserialize, Serialize};
-
-/// One probe's findings (the JSON object of `kerneld-sandbox --probe`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Probe {
-    /// The kernel's Landlock ABI version; 0 when Landlock is absent or disabled.
-    pub landlock_abi: i64,
-    pub landlock_fs: bool,
-    pub landlock_net: bool,
-    pub landlock_scope: bool,
-    pub seccomp: bool,
-    pub no_new_privs: bool,
-    /// Root, or CAP_SETUID and CAP_SETGID in the effective set.
-    pub can_setuid: bool,
-    #[serde(default)]
-    pub kernel: String,
-}
+pub use crate::wire::SandboxProbe as Probe;
 
 impl Probe {
     /// What the sandbox needs from the kernel (uid switching is the policy's business).
