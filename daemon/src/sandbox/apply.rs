@@ -164,12 +164,48 @@ fn switch_user(o: &Options) -> Result<(), SetupError> {
             return fail("setuid", format!("still euid {} after the switch", nix::unistd::geteuid()));
         }
     }
-    // A daemon given capabilities through systemd's AmbientCapabilities= would hand them
-    // on through exec; the program gets none (no_new_privs then blocks file capabilities).
-    // SAFETY: prctl with integer arguments.
+    drop_capabilities()
+}
+
+/// The program gets no capability, whatever uid it runs as: not the ambient ones a
+/// daemon may have from systemd (they would survive exec), and not root's (a root
+/// program without them cannot read a non-dumpable process's memory or environment,
+/// override file permissions or switch users). no_new_privs then keeps exec from
+/// granting any back.
+fn drop_capabilities() -> Result<(), SetupError> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    // SAFETY: prctl with integer arguments; capset reads a valid header and two data words.
     unsafe {
         libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
         libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0);
+        // The bounding set needs CAP_SETPCAP; without it there is nothing to drop from.
+        for cap in 0..64 {
+            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+        }
+        let header = Header {
+            version: LINUX_CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let data = [Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        }; 2];
+        if libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) != 0 {
+            return fail("capabilities", std::io::Error::last_os_error().to_string());
+        }
     }
     Ok(())
 }
