@@ -1514,6 +1514,8 @@ impl Engine {
         };
         let devices = self.devices.clone();
         let readings = tokio::task::spawn_blocking(move || {
+            // The judge's runners are its children (in sessions of their own): ours too.
+            let ours = crate::harness::with_descendants(&ours);
             uuids
                 .into_iter()
                 .map(|(i, u, h, cool)| {

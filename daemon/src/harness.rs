@@ -301,6 +301,44 @@ impl Drop for Worker {
     }
 }
 
+/// `pids` and every process descending from them (one pass over /proc): a worker's
+/// runners and compilers are the worker's, whatever process group they are in.
+pub fn with_descendants(pids: &std::collections::BTreeSet<u32>) -> std::collections::BTreeSet<u32> {
+    let mut parent = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // After the `(comm)`: state, ppid, ...
+        if let Some(ppid) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok())
+        {
+            parent.insert(pid, ppid);
+        }
+    }
+    let mut ours = pids.clone();
+    for &pid in parent.keys() {
+        let mut p = pid;
+        // Bounded walk up: pid 1 (or a vanished parent) ends it.
+        for _ in 0..64 {
+            if ours.contains(&p) {
+                ours.insert(pid);
+                break;
+            }
+            match parent.get(&p) {
+                Some(&pp) if pp > 1 => p = pp,
+                _ => break,
+            }
+        }
+    }
+    ours
+}
+
 fn describe_status(s: std::process::ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (s.code(), s.signal()) {
