@@ -289,7 +289,8 @@ impl Engine {
             worker_max_address_space_cpu,
             admin_group,
             llm_keys,
-            max_attempts
+            max_attempts,
+            command_env
         );
         macro_rules! restart_only {
             ($($field:ident),*) => {$(
@@ -298,7 +299,7 @@ impl Engine {
                 }
             )*};
         }
-        restart_only!(state_dir, socket, gpu_allow, force_cpu, spool_dir);
+        restart_only!(state_dir, socket, gpu_allow, force_cpu, spool_dir, sandbox);
         changed
     }
 

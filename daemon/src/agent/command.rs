@@ -19,6 +19,9 @@
 //! supplementary groups; HOME, USER and LOGNAME of that account), in a working directory
 //! handed over to that user; the files it leaves are read back without following links.
 //! Otherwise it runs as kerneld's user, which `goal::parse` allows only trusted requesters.
+//! Either way its environment is only `command_env` from kerneld.toml (default PATH, HOME,
+//! LANG), the KERNELD_* variables below and the account's HOME/USER/LOGNAME: never
+//! kerneld's API keys, NOTIFY_SOCKET or settings.
 
 use std::ffi::CString;
 use std::io::Read;
