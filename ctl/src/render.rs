@@ -906,15 +906,21 @@ pub fn sandbox(sb: &kerneld::wire::SandboxStatus, paint: Paint) -> String {
             Some(Style::Red),
         )
     };
-    let mut out = format!("{head}
-");
+    let mut out = format!(
+        "{head}
+"
+    );
     for r in &sb.restricts {
-        out.push_str(&format!("  {r}
-"));
+        out.push_str(&format!(
+            "  {r}
+"
+        ));
     }
     for p in &sb.problems {
-        out.push_str(&format!("  missing: {p}
-"));
+        out.push_str(&format!(
+            "  missing: {p}
+"
+        ));
     }
     out
 }

@@ -242,7 +242,11 @@ impl Config {
     /// Parent of the slots' scratch directories (see `SandboxConfig::scratch_dir`).
     pub fn scratch_dir(&self) -> PathBuf {
         self.sandbox.scratch_dir.clone().unwrap_or_else(|| {
-            let mut name = self.state_dir.file_name().unwrap_or_default().to_os_string();
+            let mut name = self
+                .state_dir
+                .file_name()
+                .unwrap_or_default()
+                .to_os_string();
             name.push(".scratch");
             self.state_dir.with_file_name(name)
         })

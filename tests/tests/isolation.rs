@@ -62,16 +62,23 @@ fn hostile_files() -> Vec<Hostile> {
                     .take(5)
                     .find_map(|l| l.strip_prefix(&format!("# {key}:")))
                     .map(|v| v.trim().to_string())
-                    .unwrap_or_else(|| panic!("{}: no `# {key}:` line in its header", path.display()))
+                    .unwrap_or_else(|| {
+                        panic!("{}: no `# {key}:` line in its header", path.display())
+                    })
             };
             let what = field("hostile");
             let expect = match field("expect").as_str() {
                 "no-effect" => Expect::NoEffect,
                 v => {
-                    let kv: BTreeMap<&str, &str> =
-                        v.split_whitespace().filter_map(|p| p.split_once('=')).collect();
+                    let kv: BTreeMap<&str, &str> = v
+                        .split_whitespace()
+                        .filter_map(|p| p.split_once('='))
+                        .collect();
                     Expect::Verdict {
-                        class: kv.get("class").unwrap_or_else(|| panic!("{}: expect without class", path.display())).to_string(),
+                        class: kv
+                            .get("class")
+                            .unwrap_or_else(|| panic!("{}: expect without class", path.display()))
+                            .to_string(),
                         rule: kv.get("rule").map(|r| r.to_string()).unwrap_or_default(),
                     }
                 }
@@ -98,7 +105,9 @@ struct World {
 }
 
 fn token(tag: &str) -> String {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
     format!("KDTOKEN-{tag}-{:x}{:x}", t.as_nanos(), std::process::id())
 }
 
@@ -115,7 +124,11 @@ impl World {
         std::fs::write(marker.join("keep"), "keep").unwrap();
         let config_token = token("config");
         let config = dir.path().join("kerneld.toml");
-        std::fs::write(&config, format!("# {config_token}\nworker_max_files = 4096\n")).unwrap();
+        std::fs::write(
+            &config,
+            format!("# {config_token}\nworker_max_files = 4096\n"),
+        )
+        .unwrap();
         std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
@@ -135,7 +148,12 @@ impl World {
     }
 
     fn start(&self, extra: &[&str]) -> Daemon {
-        let mut args = vec!["--config", self.config.to_str().unwrap(), "--eval-timeout", "120s"];
+        let mut args = vec![
+            "--config",
+            self.config.to_str().unwrap(),
+            "--eval-timeout",
+            "120s",
+        ];
         args.extend_from_slice(extra);
         Daemon::start_env(
             self.dir.path(),
@@ -153,7 +171,10 @@ impl World {
             .replace("@@SECRET_ENV@@", &self.env_name)
             .replace("@@MARKER_DIR@@", self.marker.to_str().unwrap())
             .replace("@@STATE_DIR@@", state_dir.to_str().unwrap())
-            .replace("@@TCP_PORT@@", &self.listener.local_addr().unwrap().port().to_string())
+            .replace(
+                "@@TCP_PORT@@",
+                &self.listener.local_addr().unwrap().port().to_string(),
+            )
     }
 
     /// A goal on the installed demo task whose seeds (sent with it) are `seeds`.
@@ -188,7 +209,11 @@ fn verdicts(events: &[Event], goal: &str) -> BTreeMap<String, (String, String, S
     let mut out = BTreeMap::new();
     for e in events.iter().filter(|e| e.goal.as_deref() == Some(goal)) {
         match &e.kind {
-            EventKind::SeedDescribed { seed, rejected: Some(why), .. } => {
+            EventKind::SeedDescribed {
+                seed,
+                rejected: Some(why),
+                ..
+            } => {
                 // `rejected [rule] ...`: the static checks refused it before any import.
                 let rule = why
                     .split_once('[')
@@ -196,10 +221,14 @@ fn verdicts(events: &[Event], goal: &str) -> BTreeMap<String, (String, String, S
                     .map_or(String::new(), |(r, _)| r.to_string());
                 out.insert(seed.clone(), ("rejected".into(), rule, why.clone()));
             }
-            EventKind::CandidateProposed { candidate, seed, .. } => {
+            EventKind::CandidateProposed {
+                candidate, seed, ..
+            } => {
                 seed_of.insert(candidate.clone(), seed.clone());
             }
-            EventKind::EvaluationFinished { candidate, result, .. } => {
+            EventKind::EvaluationFinished {
+                candidate, result, ..
+            } => {
                 if let Some(seed) = seed_of.get(candidate) {
                     out.insert(
                         seed.clone(),
@@ -236,7 +265,12 @@ fn tree(dir: &Path) -> BTreeSet<String> {
 /// Everything a user or an administrator can see of a goal, and the daemon's log.
 fn visible(d: &Daemon, goal: &str) -> String {
     let mut all = serde_json::to_string(&d.events(0)).unwrap();
-    for args in [vec!["show", goal], vec!["events", "--goal", goal], vec!["best", goal], vec!["status"]] {
+    for args in [
+        vec!["show", goal],
+        vec!["events", "--goal", goal],
+        vec!["best", goal],
+        vec!["status"],
+    ] {
         let o = kernelctl(&d.socket, &args);
         all.push_str(&String::from_utf8_lossy(&o.stdout));
         all.push_str(&String::from_utf8_lossy(&o.stderr));
@@ -246,7 +280,10 @@ fn visible(d: &Daemon, goal: &str) -> String {
 }
 
 fn landlock_abi() -> i64 {
-    let o = Command::new(binary("kerneld-sandbox")).arg("--probe").output().unwrap();
+    let o = Command::new(binary("kerneld-sandbox"))
+        .arg("--probe")
+        .output()
+        .unwrap();
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     v["landlock_abi"].as_i64().unwrap_or(0)
 }
@@ -263,7 +300,10 @@ fn every_hostile_candidate_is_refused_or_has_no_effect() {
     let d = world.start(&[]);
     let version = d.call(wire::method::VERSION, json!({}));
     let restricts = version["sandbox"]["restricts"].to_string();
-    assert!(restricts.contains("filesystem (Landlock"), "the judge is not sandboxed: {version}");
+    assert!(
+        restricts.contains("filesystem (Landlock"),
+        "the judge is not sandboxed: {version}"
+    );
 
     // The honest seed in a fresh daemon: the class every later honest evaluation must get.
     let fresh = enqueue(&d, &world.goal("fresh", &[("tiled.py", honest_seed())]));
@@ -272,27 +312,37 @@ fn every_hostile_candidate_is_refused_or_has_no_effect() {
     assert_eq!(baseline.0, "ok", "{baseline:?}\n{}", d.log_text());
 
     let hostiles = hostile_files();
-    assert!(hostiles.len() >= 6, "the OS classes are missing from the hostile directory");
+    assert!(
+        hostiles.len() >= 6,
+        "the OS classes are missing from the hostile directory"
+    );
     let state_before = tree(&d.state_dir);
     let mut failures = Vec::new();
     for h in &hostiles {
         let stem = h.name.trim_end_matches(".py").replace('_', "-");
         let text = world.substitute(&h.text, &d.state_dir);
-        let id = enqueue(&d, &world.goal(&format!("h-{stem}"), &[(&h.name, text), ("tiled.py", honest_seed())]));
+        let id = enqueue(
+            &d,
+            &world.goal(
+                &format!("h-{stem}"),
+                &[(&h.name, text), ("tiled.py", honest_seed())],
+            ),
+        );
         d.wait_terminal(&id, Duration::from_secs(300));
         let v = verdicts(&d.events(0), &id);
         let mut fail = |why: String| failures.push(format!("{} ({}): {why}", h.name, h.what));
         match (&h.expect, v.get(&h.name)) {
             (_, None) => fail(format!("no verdict; verdicts {v:?}")),
-            (Expect::Verdict { class, rule }, Some((c, r, m))) if (c, r) != (class, rule) => {
-                fail(format!("expected class={class} rule={rule}, got class={c} rule={r}: {m}"))
-            }
+            (Expect::Verdict { class, rule }, Some((c, r, m))) if (c, r) != (class, rule) => fail(
+                format!("expected class={class} rule={rule}, got class={c} rule={r}: {m}"),
+            ),
             _ => {}
         }
         match v.get("tiled.py") {
-            Some((c, _, m)) if *c != baseline.0 => {
-                fail(format!("the honest seed after it got {c} (fresh daemon: {}): {m}", baseline.0))
-            }
+            Some((c, _, m)) if *c != baseline.0 => fail(format!(
+                "the honest seed after it got {c} (fresh daemon: {}): {m}",
+                baseline.0
+            )),
             None => fail("the honest seed after it got no verdict".into()),
             _ => {}
         }
@@ -328,7 +378,12 @@ fn every_hostile_candidate_is_refused_or_has_no_effect() {
             fail("the 127.0.0.1 listener accepted a connection".into());
         }
     }
-    assert!(failures.is_empty(), "{}\n\nlog:\n{}", failures.join("\n"), d.log_text());
+    assert!(
+        failures.is_empty(),
+        "{}\n\nlog:\n{}",
+        failures.join("\n"),
+        d.log_text()
+    );
 }
 
 #[test]
@@ -358,11 +413,17 @@ fn a_command_agent_sees_only_the_allow_listed_environment() {
         .events(0)
         .into_iter()
         .filter_map(|e| match e.kind {
-            EventKind::CandidateProposed { seed, .. } if e.goal.as_deref() == Some(&id) => Some(seed),
+            EventKind::CandidateProposed { seed, .. } if e.goal.as_deref() == Some(&id) => {
+                Some(seed)
+            }
             _ => None,
         })
         .collect();
-    assert!(proposed.iter().any(|s| s == "command"), "the agent proposed nothing: {proposed:?}\n{}", d.log_text());
+    assert!(
+        proposed.iter().any(|s| s == "command"),
+        "the agent proposed nothing: {proposed:?}\n{}",
+        d.log_text()
+    );
     let shown = String::from_utf8_lossy(&kernelctl(&d.socket, &["best", &id]).stdout).into_owned();
     let dump: Vec<&str> = shown
         .split("environment:")
@@ -372,15 +433,36 @@ fn a_command_agent_sees_only_the_allow_listed_environment() {
         .lines()
         .filter(|l| !l.is_empty())
         .collect();
-    let names: BTreeSet<&str> = dump.iter().filter_map(|l| l.split_once('=').map(|(k, _)| k)).collect();
+    let names: BTreeSet<&str> = dump
+        .iter()
+        .filter_map(|l| l.split_once('=').map(|(k, _)| k))
+        .collect();
     let allowed: BTreeSet<&str> = [
-        "PATH", "HOME", "LANG", "KERNELD_GOAL", "KERNELD_GOAL_NAME", "KERNELD_ITERATION",
-        "KERNELD_TASK_DIR", "USER", "LOGNAME", "PWD", "SHLVL", "_", "OLDPWD",
+        "PATH",
+        "HOME",
+        "LANG",
+        "KERNELD_GOAL",
+        "KERNELD_GOAL_NAME",
+        "KERNELD_ITERATION",
+        "KERNELD_TASK_DIR",
+        "USER",
+        "LOGNAME",
+        "PWD",
+        "SHLVL",
+        "_",
+        "OLDPWD",
     ]
     .into();
     let extra: Vec<&&str> = names.difference(&allowed).collect();
-    assert!(extra.is_empty(), "the command agent got {extra:?}:\n{}", dump.join("\n"));
-    assert!(names.contains("PATH") && names.contains("KERNELD_GOAL"), "{dump:?}");
+    assert!(
+        extra.is_empty(),
+        "the command agent got {extra:?}:\n{}",
+        dump.join("\n")
+    );
+    assert!(
+        names.contains("PATH") && names.contains("KERNELD_GOAL"),
+        "{dump:?}"
+    );
     let seen = visible(&d, &id);
     for t in &world.tokens {
         assert!(!seen.contains(t.as_str()), "token {t} visible");
@@ -401,7 +483,12 @@ fn code_writing_goals_are_refused_while_the_sandbox_is_incomplete() {
     let state = world.dir.path().join("state");
     let log = std::fs::File::create(world.dir.path().join("strict.log")).unwrap();
     let mut child = Command::new(binary("kerneld"))
-        .args(["--state-dir", state.to_str().unwrap(), "--socket", socket.to_str().unwrap()])
+        .args([
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--socket",
+            socket.to_str().unwrap(),
+        ])
         .arg("--kernels")
         .arg(repo_root().join("kernels"))
         .arg("--python")
@@ -421,7 +508,9 @@ fn code_writing_goals_are_refused_while_the_sandbox_is_incomplete() {
         let v: Value = serde_json::from_slice(&v.stdout).map_err(|e| e.to_string())?;
         let sb = &v["daemon"]["sandbox"];
         if sb["complete"] != false || !sb["problems"].to_string().contains("kerneld-sandbox") {
-            return Err(format!("version does not say the sandbox is incomplete: {v}"));
+            return Err(format!(
+                "version does not say the sandbox is incomplete: {v}"
+            ));
         }
         let text = String::from_utf8_lossy(&kernelctl(&socket, &["gpus"]).stdout).into_owned();
         if !text.contains("sandbox: INCOMPLETE") || !text.contains("missing:") {
@@ -430,14 +519,22 @@ fn code_writing_goals_are_refused_while_the_sandbox_is_incomplete() {
         let goal = world.goal("sent", &[("mine.py", honest_seed())]);
         let out = kernelctl(&socket, &["enqueue", goal.to_str().unwrap()]);
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        if out.status.success() || !err.contains("seeds sent with the goal") || !err.contains("allow_unsandboxed") {
-            return Err(format!("a goal with sent seeds was not refused as it should: {err}"));
+        if out.status.success()
+            || !err.contains("seeds sent with the goal")
+            || !err.contains("allow_unsandboxed")
+        {
+            return Err(format!(
+                "a goal with sent seeds was not refused as it should: {err}"
+            ));
         }
         // The installed task's own seeds with the search agent are trusted code: they run.
         let trusted = demo_goal(world.dir.path(), "trusted", 1, "");
         let out = kernelctl(&socket, &["enqueue", trusted.to_str().unwrap()]);
         if !out.status.success() {
-            return Err(format!("the installed task was refused: {}", String::from_utf8_lossy(&out.stderr)));
+            return Err(format!(
+                "the installed task was refused: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
         }
         Ok(())
     };
@@ -453,22 +550,36 @@ fn runner_user_ready() -> Option<u32> {
         eprintln!("skipped: needs a root daemon");
         return None;
     }
-    if nix::unistd::User::from_name("kerneld-runner").ok().flatten().is_none() {
+    if nix::unistd::User::from_name("kerneld-runner")
+        .ok()
+        .flatten()
+        .is_none()
+    {
         let made = Command::new("useradd")
-            .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "kerneld-runner"])
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                "kerneld-runner",
+            ])
             .status();
         if !made.is_ok_and(|s| s.success()) {
             eprintln!("skipped: no kerneld-runner user and useradd failed");
             return None;
         }
     }
-    let user = nix::unistd::User::from_name("kerneld-runner").ok().flatten()?;
+    let user = nix::unistd::User::from_name("kerneld-runner")
+        .ok()
+        .flatten()?;
     Some(user.uid.as_raw())
 }
 
 #[test]
 fn a_seed_sent_by_an_unprivileged_user_runs_as_the_runner_user_not_root() {
-    let Some(runner_uid) = runner_user_ready() else { return };
+    let Some(runner_uid) = runner_user_ready() else {
+        return;
+    };
     let world = World::new("iso-uid");
     let d = world.start(&[]);
     let v = d.call(wire::method::VERSION, json!({}));
@@ -481,16 +592,29 @@ fn a_seed_sent_by_an_unprivileged_user_runs_as_the_runner_user_not_root() {
     assert_eq!(v["sandbox"]["complete"], true, "{v}");
     assert_eq!(v["sandbox"]["runner_uid"], runner_uid, "{v}");
     let goal = world.goal("mine", &[("mine.py", honest_seed())]);
-    for p in [goal.as_path(), goal.parent().unwrap(), &goal.parent().unwrap().join("mine.py")] {
+    for p in [
+        goal.as_path(),
+        goal.parent().unwrap(),
+        &goal.parent().unwrap().join("mine.py"),
+    ] {
         let mode = if p.is_dir() { 0o755 } else { 0o644 };
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
     }
     let out = kernelctl_under(
-        &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"],
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ],
         &d.socket,
         &["enqueue", goal.to_str().unwrap()],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
     // While the goal runs, every process below the daemon is the runner user's.
     let mut seen = BTreeSet::new();
@@ -498,7 +622,11 @@ fn a_seed_sent_by_an_unprivileged_user_runs_as_the_runner_user_not_root() {
         for pid in d.worker_pids() {
             if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
                 if let Some(uids) = status.lines().find_map(|l| l.strip_prefix("Uid:")) {
-                    seen.insert(uids.split_whitespace().map(String::from).collect::<Vec<_>>());
+                    seen.insert(
+                        uids.split_whitespace()
+                            .map(String::from)
+                            .collect::<Vec<_>>(),
+                    );
                 }
             }
         }
@@ -507,7 +635,10 @@ fn a_seed_sent_by_an_unprivileged_user_runs_as_the_runner_user_not_root() {
     assert!(done, "{}", d.log_text());
     let want = vec![runner_uid.to_string(); 4];
     assert!(!seen.is_empty(), "no worker seen");
-    assert!(seen.iter().all(|u| *u == want), "worker uids (real, effective, saved, fs): {seen:?}");
+    assert!(
+        seen.iter().all(|u| *u == want),
+        "worker uids (real, effective, saved, fs): {seen:?}"
+    );
     let v = verdicts(&d.events(0), &id);
     assert_eq!(v["mine.py"].0, ResultClass::Ok.as_str(), "{v:?}");
 }

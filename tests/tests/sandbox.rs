@@ -68,10 +68,16 @@ fn s(v: &[&str]) -> Vec<String> {
 }
 
 fn landlock_here() -> bool {
-    let o = Command::new(binary("kerneld-sandbox")).arg("--probe").output().unwrap();
+    let o = Command::new(binary("kerneld-sandbox"))
+        .arg("--probe")
+        .output()
+        .unwrap();
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     if v["landlock_abi"].as_i64().unwrap_or(0) < 6 {
-        eprintln!("skipped: this kernel has Landlock ABI {} (6 needed)", v["landlock_abi"]);
+        eprintln!(
+            "skipped: this kernel has Landlock ABI {} (6 needed)",
+            v["landlock_abi"]
+        );
         return false;
     }
     true
@@ -79,10 +85,20 @@ fn landlock_here() -> bool {
 
 #[test]
 fn probe_prints_what_the_kernel_supports() {
-    let o = Command::new(binary("kerneld-sandbox")).arg("--probe").output().unwrap();
+    let o = Command::new(binary("kerneld-sandbox"))
+        .arg("--probe")
+        .output()
+        .unwrap();
     assert!(o.status.success());
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    for key in ["landlock_fs", "landlock_net", "landlock_scope", "seccomp", "no_new_privs", "can_setuid"] {
+    for key in [
+        "landlock_fs",
+        "landlock_net",
+        "landlock_scope",
+        "seccomp",
+        "no_new_privs",
+        "can_setuid",
+    ] {
         assert!(v[key].is_boolean(), "{key} missing: {v}");
     }
     let abi = v["landlock_abi"].as_i64().unwrap();
@@ -119,7 +135,14 @@ fn the_environment_is_exactly_the_env_options() {
     std::env::set_var("KD_SANDBOX_LEAK", "secret");
     let env = std::fs::canonicalize("/usr/bin/env").unwrap();
     let mut args = base_args();
-    args.extend(s(&["--exec", env.to_str().unwrap(), "--env", "A=1", "--env", "B=two words"]));
+    args.extend(s(&[
+        "--exec",
+        env.to_str().unwrap(),
+        "--env",
+        "A=1",
+        "--env",
+        "B=two words",
+    ]));
     let o = Command::new(binary("kerneld-sandbox"))
         .args(&args)
         .arg("--")
@@ -137,7 +160,11 @@ fn reads_writes_and_execs_are_confined_to_their_options() {
         return;
     }
     let dir = TempDir::new("sbx-fs");
-    let (ro, rw, other) = (dir.path().join("ro"), dir.path().join("rw"), dir.path().join("other"));
+    let (ro, rw, other) = (
+        dir.path().join("ro"),
+        dir.path().join("rw"),
+        dir.path().join("other"),
+    );
     for d in [&ro, &rw, &other] {
         std::fs::create_dir_all(d).unwrap();
     }
@@ -168,7 +195,14 @@ attempt("exec-sh", lambda: subprocess.run(["/bin/sh", "-c", "true"]))
         pid = std::process::id()
     );
     let (status, out, err) = py(
-        &s(&["--ro", ro.to_str().unwrap(), "--rw", rw.to_str().unwrap(), "--env", "PATH=/usr/bin:/bin"]),
+        &s(&[
+            "--ro",
+            ro.to_str().unwrap(),
+            "--rw",
+            rw.to_str().unwrap(),
+            "--env",
+            "PATH=/usr/bin:/bin",
+        ]),
         &code,
     );
     assert_eq!(status, 0, "{out}\n{err}");
@@ -227,11 +261,19 @@ for name, f in [
     assert_eq!(status, 0, "{err}");
     assert_eq!(
         out.lines().collect::<Vec<_>>(),
-        ["tcp denied 1", "udp denied 1", "tcp6 denied 1", "packet denied 1"],
+        [
+            "tcp denied 1",
+            "udp denied 1",
+            "tcp6 denied 1",
+            "packet denied 1"
+        ],
         "{err}"
     );
     std::thread::sleep(Duration::from_millis(100));
-    assert!(listener.accept().is_err(), "the listener accepted a connection");
+    assert!(
+        listener.accept().is_err(),
+        "the listener accepted a connection"
+    );
 }
 
 #[test]
@@ -274,7 +316,16 @@ except OSError as e:
     print("fds denied", e.errno)
 "#;
     let (status, out, err) = py(
-        &s(&["--nofile", "64", "--nproc", "300", "--as-bytes", "8589934592", "--dev", "/dev/null"]),
+        &s(&[
+            "--nofile",
+            "64",
+            "--nproc",
+            "300",
+            "--as-bytes",
+            "8589934592",
+            "--dev",
+            "/dev/null",
+        ]),
         code,
     );
     assert_eq!(status, 0, "{err}");
@@ -363,8 +414,22 @@ fn a_root_program_without_a_uid_switch_gets_no_capabilities() {
     let sh = std::fs::canonicalize("/bin/sh").unwrap();
     let grep = std::fs::canonicalize("/usr/bin/grep").unwrap();
     let mut args = base_args();
-    args.extend(s(&["--exec", sh.to_str().unwrap(), "--exec", grep.to_str().unwrap(), "--ro", "/proc"]));
-    let o = run(&args, &[sh.to_str().unwrap(), "-c", "/usr/bin/grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status"]);
+    args.extend(s(&[
+        "--exec",
+        sh.to_str().unwrap(),
+        "--exec",
+        grep.to_str().unwrap(),
+        "--ro",
+        "/proc",
+    ]));
+    let o = run(
+        &args,
+        &[
+            sh.to_str().unwrap(),
+            "-c",
+            "/usr/bin/grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status",
+        ],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8_lossy(&o.stdout).replace('\t', " ");
     assert_eq!(
@@ -386,8 +451,28 @@ fn uid_and_gid_are_switched_with_no_groups_and_no_capabilities() {
     }
     let sh = std::fs::canonicalize("/bin/sh").unwrap();
     let mut args = base_args();
-    args.extend(s(&["--exec", sh.to_str().unwrap(), "--exec", "/usr/bin", "--ro", "/proc", "--uid", "65534", "--gid", "65534", "--env", "PATH=/usr/bin:/bin"]));
-    let o = run(&args, &[sh.to_str().unwrap(), "-c", "id -u; id -g; id -G; grep -E '^(CapEff|CapPrm|CapAmb|NoNewPrivs)' /proc/self/status"]);
+    args.extend(s(&[
+        "--exec",
+        sh.to_str().unwrap(),
+        "--exec",
+        "/usr/bin",
+        "--ro",
+        "/proc",
+        "--uid",
+        "65534",
+        "--gid",
+        "65534",
+        "--env",
+        "PATH=/usr/bin:/bin",
+    ]));
+    let o = run(
+        &args,
+        &[
+            sh.to_str().unwrap(),
+            "-c",
+            "id -u; id -g; id -G; grep -E '^(CapEff|CapPrm|CapAmb|NoNewPrivs)' /proc/self/status",
+        ],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8_lossy(&o.stdout).replace('\t', " ");
     assert_eq!(
@@ -423,14 +508,80 @@ fn a_uid_switch_it_cannot_make_is_refused_not_ignored() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        child.stderr.take().unwrap().read_to_string(&mut buf).unwrap();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut buf)
+            .unwrap();
         let status = child.wait().unwrap();
-        if buf.contains("Permission denied") && buf.contains("kerneld-sandbox") && !buf.contains("setuid") {
+        if buf.contains("Permission denied")
+            && buf.contains("kerneld-sandbox")
+            && !buf.contains("setuid")
+        {
             eprintln!("skipped: uid 65534 cannot run {} ({buf})", bin.display());
             return;
         }
         assert_eq!(status.code(), Some(125), "{buf}");
-        assert!(buf.contains("setuid") && buf.contains("needs root"), "{buf}");
+        assert!(
+            buf.contains("setuid") && buf.contains("needs root"),
+            "{buf}"
+        );
     }
 }
 
+#[test]
+fn the_judge_policy_runs_python_and_the_c_compiler_triton_uses_for_its_launcher() {
+    use kerneld::sandbox::policy::{Policy, PolicyInputs};
+    if !landlock_here() || !Path::new("/usr/bin/cc").exists() {
+        eprintln!("skipped: no Landlock or no cc");
+        return;
+    }
+    let dir = TempDir::new("sbx-policy");
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let policy = Policy::build(&PolicyInputs {
+        sandbox_bin: binary("kerneld-sandbox"),
+        python: python(),
+        kernels_dir: repo_root().join("kernels"),
+        scratch: scratch.clone(),
+        inbox: dir.path().join("inbox"),
+        gpu_minor: None,
+        run_as: None,
+        max_files: 4096,
+        max_procs: 4096,
+        max_address_space: 0,
+        extra_ro: vec![],
+        extra_exec: vec![],
+        forbidden: vec![dir.path().join("state")],
+        no_unix: true,
+        best_effort: false,
+    })
+    .unwrap();
+    let mut judge = policy.judge.clone();
+    judge.env = vec![
+        ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+        ("TMPDIR".into(), scratch.display().to_string()),
+    ];
+    // Python finds its headers (as Triton's build does) and compiles a C extension.
+    let code = format!(
+        r##"
+import sysconfig, subprocess
+src = "{s}/m.c"
+open(src, "w").write("#include <Python.h>\nint f(void) {{ return 1; }}\n")
+subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-I" + sysconfig.get_paths()["include"], src, "-o", "{s}/m.so"], check=True)
+print("compiled")
+"##,
+        s = scratch.display()
+    );
+    let o = Command::new(binary("kerneld-sandbox"))
+        .args(judge.to_args())
+        .arg("--")
+        .arg(python())
+        .args(["-c", &code])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "compiled\n");
+    assert!(scratch.join("m.so").is_file());
+}

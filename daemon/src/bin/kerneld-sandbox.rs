@@ -8,7 +8,8 @@ use std::process::ExitCode;
 
 use kerneld::sandbox::{apply, probe, Options};
 
-const USAGE: &str = "usage: kerneld-sandbox [--env K=V]... [--nofile N] [--nproc N] [--as-bytes N] \
+const USAGE: &str =
+    "usage: kerneld-sandbox [--env K=V]... [--nofile N] [--nproc N] [--as-bytes N] \
 [--uid UID --gid GID] [--ro PATH]... [--exec PATH]... [--rw PATH]... [--dev PATH]... \
 [--no-net] [--no-unix] [--best-effort] -- PROGRAM [ARGS...]\n       kerneld-sandbox --probe";
 
@@ -26,7 +27,10 @@ fn main() -> ExitCode {
         }
     };
     if opts.probe {
-        println!("{}", serde_json::to_string(&probe::probe()).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string(&probe::probe()).unwrap_or_default()
+        );
         return ExitCode::SUCCESS;
     }
     let e = apply::apply_and_exec(&opts);

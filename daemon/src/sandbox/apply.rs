@@ -11,8 +11,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
-    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use seccompiler::{
     SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
@@ -98,11 +98,15 @@ struct Rule {
 
 fn open_rules(o: &Options) -> Result<Vec<Rule>, SetupError> {
     let mut rules = Vec::new();
-    for (kind, paths) in [("ro", &o.ro), ("exec", &o.exec), ("rw", &o.rw), ("dev", &o.dev)] {
+    for (kind, paths) in [
+        ("ro", &o.ro),
+        ("exec", &o.exec),
+        ("rw", &o.rw),
+        ("dev", &o.dev),
+    ] {
         for p in paths {
-            let meta = std::fs::metadata(p).or_else(|e| {
-                fail("landlock", format!("--{kind} {}: {e}", p.display()))
-            })?;
+            let meta = std::fs::metadata(p)
+                .or_else(|e| fail("landlock", format!("--{kind} {}: {e}", p.display())))?;
             let fd = PathFd::new(p)
                 .or_else(|e| fail("landlock", format!("--{kind} {}: {e}", p.display())))?;
             let mut access = rights(kind);
@@ -153,7 +157,10 @@ fn switch_user(o: &Options) -> Result<(), SetupError> {
                     getgid()
                 ),
             );
-        } else if getgroups().map(|g| g.iter().any(|g| *g != gid)).unwrap_or(true) {
+        } else if getgroups()
+            .map(|g| g.iter().any(|g| *g != gid))
+            .unwrap_or(true)
+        {
             return fail(
                 "setgroups",
                 "already uid/gid as asked but holding supplementary groups that cannot be \
@@ -161,7 +168,10 @@ fn switch_user(o: &Options) -> Result<(), SetupError> {
             );
         }
         if nix::unistd::geteuid() != uid {
-            return fail("setuid", format!("still euid {} after the switch", nix::unistd::geteuid()));
+            return fail(
+                "setuid",
+                format!("still euid {} after the switch", nix::unistd::geteuid()),
+            );
         }
     }
     drop_capabilities()
@@ -188,7 +198,13 @@ fn drop_capabilities() -> Result<(), SetupError> {
     const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
     // SAFETY: prctl with integer arguments; capset reads a valid header and two data words.
     unsafe {
-        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
         libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0);
         // The bounding set needs CAP_SETPCAP; without it there is nothing to drop from.
         for cap in 0..64 {
@@ -273,9 +289,17 @@ pub fn seccomp_rules(o: &Options) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Str
         }
         if !o.no_net {
             // Only --no-unix: deny exactly AF_UNIX.
-            let c = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, libc::AF_UNIX as u64)
-                .map_err(|e| e.to_string())?;
-            rules.insert(libc::SYS_socket, vec![SeccompRule::new(vec![c]).map_err(|e| e.to_string())?]);
+            let c = SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Eq,
+                libc::AF_UNIX as u64,
+            )
+            .map_err(|e| e.to_string())?;
+            rules.insert(
+                libc::SYS_socket,
+                vec![SeccompRule::new(vec![c]).map_err(|e| e.to_string())?],
+            );
         } else {
             let conds = allowed
                 .iter()
@@ -284,7 +308,10 @@ pub fn seccomp_rules(o: &Options) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Str
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| e.to_string())?;
-            rules.insert(libc::SYS_socket, vec![SeccompRule::new(conds).map_err(|e| e.to_string())?]);
+            rules.insert(
+                libc::SYS_socket,
+                vec![SeccompRule::new(conds).map_err(|e| e.to_string())?],
+            );
         }
     }
     Ok(rules)
@@ -300,9 +327,12 @@ fn seccomp(o: &Options, warnings: &mut Warnings) -> Result<(), SetupError> {
             arch,
         )
         .map_err(|e| e.to_string())?;
-        filter.try_into().map_err(|e: seccompiler::BackendError| e.to_string())
+        filter
+            .try_into()
+            .map_err(|e: seccompiler::BackendError| e.to_string())
     };
-    let result = build().and_then(|prog| seccompiler::apply_filter(&prog).map_err(|e| e.to_string()));
+    let result =
+        build().and_then(|prog| seccompiler::apply_filter(&prog).map_err(|e| e.to_string()));
     match result {
         Ok(()) => Ok(()),
         Err(e) if o.best_effort => {
@@ -319,7 +349,10 @@ fn resolve(program: &OsStr, env: &[(String, String)]) -> Option<PathBuf> {
     if program.as_bytes().contains(&b'/') {
         return Some(p.to_path_buf());
     }
-    let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str())?;
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())?;
     path.split(':')
         .filter(|d| !d.is_empty())
         .map(|d| Path::new(d).join(p))

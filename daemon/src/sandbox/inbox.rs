@@ -34,7 +34,11 @@ pub fn hand_over(sb: &WorkerSandbox, req: &mut Value) -> Result<(), String> {
             ));
         }
     }
-    let Some(path) = req.get("candidate").and_then(Value::as_str).map(PathBuf::from) else {
+    let Some(path) = req
+        .get("candidate")
+        .and_then(Value::as_str)
+        .map(PathBuf::from)
+    else {
         return Ok(());
     };
     let name = path
@@ -42,7 +46,10 @@ pub fn hand_over(sb: &WorkerSandbox, req: &mut Value) -> Result<(), String> {
         .map_or("candidate.py".into(), |n| n.to_string_lossy().into_owned());
     let meta = std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     if meta.len() > MAX_CANDIDATE {
-        return Err(format!("{} is larger than {MAX_CANDIDATE} bytes", path.display()));
+        return Err(format!(
+            "{} is larger than {MAX_CANDIDATE} bytes",
+            path.display()
+        ));
     }
     let source = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     // Only the current candidate is there: the judge never sees another goal's source.

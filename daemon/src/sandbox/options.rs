@@ -92,7 +92,9 @@ impl Options {
             }
         }
         if !o.probe && o.program.is_empty() {
-            return Err("no program to run: `kerneld-sandbox [OPTIONS] -- PROGRAM [ARGS...]`".into());
+            return Err(
+                "no program to run: `kerneld-sandbox [OPTIONS] -- PROGRAM [ARGS...]`".into(),
+            );
         }
         if o.uid.is_some() != o.gid.is_some() {
             return Err("--uid and --gid go together (a process with one but not the other keeps the caller's)".into());
@@ -207,14 +209,46 @@ mod tests {
     #[test]
     fn every_option_is_read_and_the_program_is_left_untouched() {
         let o = parse(&[
-            "--env", "A=1", "--env", "B=x=y", "--nofile", "64", "--nproc", "32", "--as-bytes",
-            "1048576", "--uid", "990", "--gid", "991", "--ro", "/usr", "--exec", "/usr/bin/python3",
-            "--rw", "/tmp/s", "--dev", "/dev/null", "--no-net", "--no-unix", "--best-effort", "--",
-            "/usr/bin/python3", "--ro", "--", "-c",
+            "--env",
+            "A=1",
+            "--env",
+            "B=x=y",
+            "--nofile",
+            "64",
+            "--nproc",
+            "32",
+            "--as-bytes",
+            "1048576",
+            "--uid",
+            "990",
+            "--gid",
+            "991",
+            "--ro",
+            "/usr",
+            "--exec",
+            "/usr/bin/python3",
+            "--rw",
+            "/tmp/s",
+            "--dev",
+            "/dev/null",
+            "--no-net",
+            "--no-unix",
+            "--best-effort",
+            "--",
+            "/usr/bin/python3",
+            "--ro",
+            "--",
+            "-c",
         ])
         .unwrap();
-        assert_eq!(o.env, vec![("A".into(), "1".into()), ("B".into(), "x=y".into())]);
-        assert_eq!((o.nofile, o.nproc, o.as_bytes), (Some(64), Some(32), Some(1 << 20)));
+        assert_eq!(
+            o.env,
+            vec![("A".into(), "1".into()), ("B".into(), "x=y".into())]
+        );
+        assert_eq!(
+            (o.nofile, o.nproc, o.as_bytes),
+            (Some(64), Some(32), Some(1 << 20))
+        );
         assert_eq!((o.uid, o.gid), (Some(990), Some(991)));
         assert_eq!(o.ro, vec![PathBuf::from("/usr")]);
         assert_eq!(o.exec, vec![PathBuf::from("/usr/bin/python3")]);
@@ -234,13 +268,32 @@ mod tests {
     #[test]
     fn options_written_back_parse_to_the_same() {
         let o = parse(&[
-            "--env", "PATH=/usr/bin", "--nofile", "4096", "--uid", "1", "--gid", "2", "--ro", "/a b",
-            "--rw", "/s", "--dev", "/dev/nvidia0", "--no-net", "--no-unix", "--", "/bin/sh",
+            "--env",
+            "PATH=/usr/bin",
+            "--nofile",
+            "4096",
+            "--uid",
+            "1",
+            "--gid",
+            "2",
+            "--ro",
+            "/a b",
+            "--rw",
+            "/s",
+            "--dev",
+            "/dev/nvidia0",
+            "--no-net",
+            "--no-unix",
+            "--",
+            "/bin/sh",
         ])
         .unwrap();
         let mut again = o.to_args();
         again.extend(["--".to_string(), "/bin/sh".to_string()]);
-        assert_eq!(Options::parse(again.into_iter().map(OsString::from)).unwrap(), o);
+        assert_eq!(
+            Options::parse(again.into_iter().map(OsString::from)).unwrap(),
+            o
+        );
     }
 
     #[test]
@@ -248,10 +301,16 @@ mod tests {
         let cases: &[(&[&str], &str)] = &[
             (&["--ro", "usr", "--", "/bin/true"], "must be absolute"),
             (&["--nofile", "many", "--", "/bin/true"], "--nofile many"),
-            (&["--uid", "99999999999", "--gid", "1", "--", "/bin/true"], "out of range"),
+            (
+                &["--uid", "99999999999", "--gid", "1", "--", "/bin/true"],
+                "out of range",
+            ),
             (&["--env", "NOEQUALS", "--", "/bin/true"], "NAME=VALUE"),
             (&["--env", "=v", "--", "/bin/true"], "empty name"),
-            (&["--frobnicate", "--", "/bin/true"], "unknown option `--frobnicate`"),
+            (
+                &["--frobnicate", "--", "/bin/true"],
+                "unknown option `--frobnicate`",
+            ),
             (&["--ro"], "--ro needs a value"),
             (&["--no-net"], "no program to run"),
             (&["--uid", "5", "--", "/bin/true"], "go together"),

@@ -37,13 +37,23 @@ const ETC_FILES: &[&str] = &[
 
 /// System trees read (not executed) by everything: libraries, Python's stdlib when it
 /// comes from the system, headers gcc needs for Triton's launcher stub.
-const SYSTEM_RO: &[&str] = &["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/proc", "/sys"];
+const SYSTEM_RO: &[&str] = &[
+    "/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/proc", "/sys",
+];
 
 /// Programs Triton runs: a C compiler for its launcher stub (first use of a kernel),
 /// ldconfig to find libcuda.
 const TOOLS: &[&str] = &[
-    "/usr/bin/cc", "/usr/bin/gcc", "/usr/bin/c++", "/usr/bin/g++", "/usr/bin/as", "/usr/bin/ld",
-    "/usr/bin/ld.bfd", "/sbin/ldconfig", "/sbin/ldconfig.real", "/usr/sbin/ldconfig",
+    "/usr/bin/cc",
+    "/usr/bin/gcc",
+    "/usr/bin/c++",
+    "/usr/bin/g++",
+    "/usr/bin/as",
+    "/usr/bin/ld",
+    "/usr/bin/ld.bfd",
+    "/sbin/ldconfig",
+    "/sbin/ldconfig.real",
+    "/usr/sbin/ldconfig",
 ];
 /// The compilers' own helpers (cc1, collect2, lto-wrapper, ...).
 const TOOL_DIRS: &[&str] = &["/usr/lib/gcc", "/usr/libexec/gcc"];
@@ -51,7 +61,13 @@ const TOOL_DIRS: &[&str] = &["/usr/lib/gcc", "/usr/libexec/gcc"];
 const LOADERS: &[&str] = &["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"];
 
 /// Device nodes every evaluation gets.
-const COMMON_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
+const COMMON_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+];
 
 /// What a policy is built from (the daemon's configuration and the slot).
 #[derive(Debug, Clone)]
@@ -131,7 +147,9 @@ pub fn python_dirs(python: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
     }
     for dir in ro.clone() {
         for lib in ["lib", "lib64"] {
-            let Ok(entries) = std::fs::read_dir(dir.join(lib)) else { continue };
+            let Ok(entries) = std::fs::read_dir(dir.join(lib)) else {
+                continue;
+            };
             for e in entries.flatten() {
                 let bin = e.path().join("site-packages/triton/backends/nvidia/bin");
                 push_existing(&mut exec, bin);
@@ -224,7 +242,12 @@ impl Policy {
         let o = &self.judge;
         for f in forbidden {
             let f = canon(f);
-            for (kind, grants) in [("ro", &o.ro), ("exec", &o.exec), ("rw", &o.rw), ("dev", &o.dev)] {
+            for (kind, grants) in [
+                ("ro", &o.ro),
+                ("exec", &o.exec),
+                ("rw", &o.rw),
+                ("dev", &o.dev),
+            ] {
                 for g in grants {
                     let g = canon(g);
                     // /proc and /sys are not where files are kept.
@@ -291,16 +314,30 @@ mod tests {
         let d = tmp("rw");
         let p = Policy::build(&inputs(&d)).unwrap();
         assert_eq!(p.judge.rw, vec![d.join("scratch")]);
-        assert!(p.runner.rw.is_empty(), "the judge appends the runner's own scratch");
+        assert!(
+            p.runner.rw.is_empty(),
+            "the judge appends the runner's own scratch"
+        );
         assert!(p.judge.ro.contains(&d.join("kernels")) && p.judge.ro.contains(&d.join("inbox")));
         assert!(!p.runner.ro.contains(&d.join("inbox")));
         assert!(p.judge.exec.contains(&PathBuf::from("/bin/true")));
         assert!(!p.runner.exec.contains(&PathBuf::from("/bin/true")));
         assert!(p.judge.no_net && p.runner.no_net && p.runner.no_unix);
         assert_eq!((p.runner.uid, p.runner.gid), (Some(990), Some(991)));
-        assert_eq!(p.runner.as_bytes, Some(1 << 30), "CPU mode limits the address space");
-        assert!(!p.judge.ro.iter().any(|r| r == Path::new("/etc")), "never all of /etc");
-        assert!(!p.judge.dev.iter().any(|r| r.to_string_lossy().contains("nvidia")));
+        assert_eq!(
+            p.runner.as_bytes,
+            Some(1 << 30),
+            "CPU mode limits the address space"
+        );
+        assert!(
+            !p.judge.ro.iter().any(|r| r == Path::new("/etc")),
+            "never all of /etc"
+        );
+        assert!(!p
+            .judge
+            .dev
+            .iter()
+            .any(|r| r.to_string_lossy().contains("nvidia")));
         let _ = std::fs::remove_dir_all(&d);
     }
 
@@ -308,7 +345,8 @@ mod tests {
     fn a_launcher_is_json_that_parses_back_to_the_runner_options() {
         let d = tmp("json");
         let p = Policy::build(&inputs(&d)).unwrap();
-        let argv: Vec<String> = serde_json::from_str(&p.launcher_json(Path::new("/x/kerneld-sandbox"))).unwrap();
+        let argv: Vec<String> =
+            serde_json::from_str(&p.launcher_json(Path::new("/x/kerneld-sandbox"))).unwrap();
         assert_eq!(argv[0], "/x/kerneld-sandbox");
         let mut rest: Vec<std::ffi::OsString> = argv[1..].iter().map(Into::into).collect();
         rest.extend(["--".into(), "/bin/true".into()]);
@@ -335,7 +373,10 @@ mod tests {
         i.gpu_minor = Some(250);
         // No such node on a test machine: a clear error, not a policy without the GPU.
         let e = Policy::build(&i).unwrap_err();
-        assert!(e.contains("/dev/nvidia250") && e.contains("minor number 250"), "{e}");
+        assert!(
+            e.contains("/dev/nvidia250") && e.contains("minor number 250"),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -92,6 +92,20 @@ fn runner_account(name: &str) -> Result<(u32, u32), String> {
     }
 }
 
+/// The directory holding libcuda.so.1, where the driver installs it.
+fn libcuda_dir() -> Option<String> {
+    [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+        "/usr/local/nvidia/lib64",
+    ]
+    .iter()
+    .find(|d| Path::new(d).join("libcuda.so.1").exists())
+    .map(|d| d.to_string())
+}
+
 /// Creates the scratch root if needed; it must be a real directory of ours (never a
 /// link someone planted), and is never emptied as a whole: only our slot directories.
 fn ensure_root(root: &Path) -> Result<(), String> {
@@ -111,13 +125,19 @@ fn ensure_root(root: &Path) -> Result<(), String> {
 
 /// Makes `dir` an empty directory owned by `owner` with `mode`.
 fn fresh_dir(dir: &Path, owner: Option<(u32, u32)>, mode: u32) -> Result<(), String> {
-    if dir.exists() {
-        if std::fs::remove_dir_all(dir).is_err() {
-            // A directory the runner made read-only: make it ours again, then remove it.
-            let _ = Command::new("chmod").arg("-R").arg("u+rwx").arg(dir).status();
-            std::fs::remove_dir_all(dir)
-                .map_err(|e| format!("clearing {}: {e}", dir.display()))?;
+    if dir.exists() && std::fs::remove_dir_all(dir).is_err() {
+        // A directory the runner made unwritable: make its directories ours again
+        // (owner, or CAP_FOWNER), then remove it.
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700));
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(e.path());
+                }
+            }
         }
+        std::fs::remove_dir_all(dir).map_err(|e| format!("clearing {}: {e}", dir.display()))?;
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
@@ -144,9 +164,16 @@ impl Runtime {
             }
         };
         if let Some(p) = &probe {
-            problems.extend(p.missing().into_iter().map(|m| format!("the kernel lacks {m}")));
+            problems.extend(
+                p.missing()
+                    .into_iter()
+                    .map(|m| format!("the kernel lacks {m}")),
+            );
         }
-        let me = (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
+        let me = (
+            nix::unistd::getuid().as_raw(),
+            nix::unistd::getgid().as_raw(),
+        );
         let privileged = probe.as_ref().is_some_and(|p| p.can_setuid);
         let mut run_as = None;
         let mut runner_user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(me.0))
@@ -266,13 +293,20 @@ impl Runtime {
             no_unix: !cfg.sandbox.unix_sockets,
             // Incomplete and allowed anyway: run with what the kernel has.
             best_effort: cfg.sandbox.allow_unsandboxed
-                && self.status.probe.as_ref().is_some_and(|p| !p.missing().is_empty()),
+                && self
+                    .status
+                    .probe
+                    .as_ref()
+                    .is_some_and(|p| !p.missing().is_empty()),
         }
     }
 
     fn restricts(&self, cfg: &Config) -> Vec<String> {
         let Level::Sandboxed { run_as } = &self.level else {
-            return vec!["environment: cleared to the harness's variables (nothing else is restricted)".into()];
+            return vec![
+                "environment: cleared to the harness's variables (nothing else is restricted)"
+                    .into(),
+            ];
         };
         let abi = self.status.probe.as_ref().map_or(0, |p| p.landlock_abi);
         let mut r = vec![
@@ -283,8 +317,14 @@ impl Runtime {
             "devices: /dev/null, zero, full, random, urandom and only the leased GPU's nodes".into(),
         ];
         r.push(match run_as {
-            Some((uid, _)) => format!("user: runners run as {} (uid {uid}), no_new_privs, no capabilities", self.status.runner_user),
-            None => format!("user: runners keep the daemon's uid {} (no_new_privs)", self.status.runner_uid),
+            Some((uid, _)) => format!(
+                "user: runners run as {} (uid {uid}), no_new_privs, no capabilities",
+                self.status.runner_user
+            ),
+            None => format!(
+                "user: runners keep the daemon's uid {} (no_new_privs)",
+                self.status.runner_uid
+            ),
         });
         r.push(format!(
             "limits: {} open files, {} processes, no core dumps, {} GiB address space in CPU mode",
@@ -309,7 +349,9 @@ impl Runtime {
         }
         if !self.status.complete {
             if self.status.allow_unsandboxed {
-                tracing::warn!("allow_unsandboxed = true: goals whose agent writes code run anyway");
+                tracing::warn!(
+                    "allow_unsandboxed = true: goals whose agent writes code run anyway"
+                );
             } else {
                 tracing::warn!("goals whose agent writes code (llm, command, seeds sent by a user) are refused until this is fixed, or allow_unsandboxed = true");
             }
@@ -338,7 +380,12 @@ impl Runtime {
     }
 
     /// Prepares the slot's directories and says how to start its worker.
-    pub fn worker(&self, cfg: &Config, slot: usize, dev: &DeviceInfo) -> Result<WorkerSandbox, String> {
+    pub fn worker(
+        &self,
+        cfg: &Config,
+        slot: usize,
+        dev: &DeviceInfo,
+    ) -> Result<WorkerSandbox, String> {
         let root = cfg.scratch_dir();
         let scratch = root.join(format!("slot{slot}"));
         let inbox = root.join(format!("inbox{slot}"));
@@ -350,13 +397,23 @@ impl Runtime {
         fresh_dir(&scratch, run_as, 0o700)?;
         fresh_dir(&inbox, None, 0o755)?;
         let sub = |p: &str| scratch.join(p);
-        for d in ["tmp", "home", "cache", "cache/triton", "cache/inductor", "cache/nv"] {
+        for d in [
+            "tmp",
+            "home",
+            "cache",
+            "cache/triton",
+            "cache/inductor",
+            "cache/nv",
+        ] {
             fresh_dir(&sub(d), run_as, 0o700)?;
         }
         let s = |p: PathBuf| p.display().to_string();
         let mut env: Vec<(String, String)> = vec![
             ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
-            ("LANG".into(), std::env::var("LANG").unwrap_or_else(|_| "C.UTF-8".into())),
+            (
+                "LANG".into(),
+                std::env::var("LANG").unwrap_or_else(|_| "C.UTF-8".into()),
+            ),
             ("PYTHONUNBUFFERED".into(), "1".into()),
             ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
             ("HOME".into(), s(sub("home"))),
@@ -366,10 +423,18 @@ impl Runtime {
             ("TORCHINDUCTOR_CACHE_DIR".into(), s(sub("cache/inductor"))),
             ("CUDA_CACHE_PATH".into(), s(sub("cache/nv"))),
             ("KERNELD_SCRATCH_ROOT".into(), s(scratch.clone())),
-            ("KERNELD_WORKER_MAX_FILES".into(), cfg.worker_max_files.to_string()),
+            (
+                "KERNELD_WORKER_MAX_FILES".into(),
+                cfg.worker_max_files.to_string(),
+            ),
         ];
         if dev.is_gpu {
             env.push(("CUDA_VISIBLE_DEVICES".into(), dev.uuid.clone()));
+            // Else Triton runs `/sbin/ldconfig -p` to find libcuda, which on some
+            // distributions is a shell script (no shell in the sandbox).
+            if let Some(dir) = libcuda_dir() {
+                env.push(("TRITON_LIBCUDA_PATH".into(), dir));
+            }
         } else {
             env.push(("CUDA_VISIBLE_DEVICES".into(), String::new()));
             env.push(("TRITON_INTERPRET".into(), "1".into()));
@@ -383,19 +448,27 @@ impl Runtime {
             (Level::Sandboxed { run_as }, Some(bin)) => {
                 let minor = if dev.is_gpu {
                     Some(dev.minor.ok_or_else(|| {
-                        format!("NVML gave no minor number for {}: its device node is unknown", dev.uuid)
+                        format!(
+                            "NVML gave no minor number for {}: its device node is unknown",
+                            dev.uuid
+                        )
                     })?)
                 } else {
                     None
                 };
-                let policy = Policy::build(&self.inputs(cfg, bin, &scratch, &inbox, minor, *run_as))?;
-                let (uid, gid) = run_as.unwrap_or((self.status.runner_uid, nix::unistd::getgid().as_raw()));
+                let policy =
+                    Policy::build(&self.inputs(cfg, bin, &scratch, &inbox, minor, *run_as))?;
+                let (uid, gid) =
+                    run_as.unwrap_or((self.status.runner_uid, nix::unistd::getgid().as_raw()));
                 env.push(("KERNELD_RUNNER_LAUNCHER".into(), policy.launcher_json(bin)));
                 env.push(("KERNELD_RUNNER_UID".into(), uid.to_string()));
                 env.push(("KERNELD_RUNNER_GID".into(), gid.to_string()));
                 let mut judge = policy.judge.clone();
                 judge.env = env.clone();
-                (Some((bin.clone(), judge.to_args())), policy.judge.ro.clone())
+                (
+                    Some((bin.clone(), judge.to_args())),
+                    policy.judge.ro.clone(),
+                )
             }
             _ => (None, Vec::new()),
         };
