@@ -49,6 +49,15 @@ pub fn python() -> PathBuf {
     }
 }
 
+/// What `kerneld-sandbox --probe` says about this machine's kernel.
+pub fn sandbox_probe() -> Value {
+    let o = Command::new(binary("kerneld-sandbox"))
+        .arg("--probe")
+        .output()
+        .expect("run kerneld-sandbox --probe");
+    serde_json::from_slice(&o.stdout).expect("the probe prints JSON")
+}
+
 /// A temporary directory removed on drop.
 pub struct TempDir(pub PathBuf);
 

@@ -280,12 +280,7 @@ fn visible(d: &Daemon, goal: &str) -> String {
 }
 
 fn landlock_abi() -> i64 {
-    let o = Command::new(binary("kerneld-sandbox"))
-        .arg("--probe")
-        .output()
-        .unwrap();
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    v["landlock_abi"].as_i64().unwrap_or(0)
+    sandbox_probe()["landlock_abi"].as_i64().unwrap_or(0)
 }
 
 #[test]

@@ -98,12 +98,7 @@ struct Rule {
 
 fn open_rules(o: &Options) -> Result<Vec<Rule>, SetupError> {
     let mut rules = Vec::new();
-    for (kind, paths) in [
-        ("ro", &o.ro),
-        ("exec", &o.exec),
-        ("rw", &o.rw),
-        ("dev", &o.dev),
-    ] {
+    for (kind, paths) in o.paths() {
         for p in paths {
             let meta = std::fs::metadata(p)
                 .or_else(|e| fail("landlock", format!("--{kind} {}: {e}", p.display())))?;

@@ -152,6 +152,16 @@ impl Options {
         Ok(())
     }
 
+    /// The path options by kind (`ro`, `exec`, `rw`, `dev`: the flag without `--`).
+    pub fn paths(&self) -> [(&'static str, &Vec<PathBuf>); 4] {
+        [
+            ("ro", &self.ro),
+            ("exec", &self.exec),
+            ("rw", &self.rw),
+            ("dev", &self.dev),
+        ]
+    }
+
     /// The options as arguments again (without `--` and the program): what the daemon
     /// puts in a launcher. `Options::parse(to_args() + ["--", p])` gives back `self`.
     pub fn to_args(&self) -> Vec<String> {
@@ -175,14 +185,9 @@ impl Options {
                 push(flag, v.to_string());
             }
         }
-        for (flag, paths) in [
-            ("--ro", &self.ro),
-            ("--exec", &self.exec),
-            ("--rw", &self.rw),
-            ("--dev", &self.dev),
-        ] {
+        for (kind, paths) in self.paths() {
             for p in paths {
-                push(flag, p.display().to_string());
+                push(&format!("--{kind}"), p.display().to_string());
             }
         }
         for (flag, on) in [

@@ -239,15 +239,9 @@ impl Policy {
     /// spool): Landlock cannot carve an exception out of a granted tree.
     fn check(&self, forbidden: &[PathBuf]) -> Result<(), String> {
         let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-        let o = &self.judge;
         for f in forbidden {
             let f = canon(f);
-            for (kind, grants) in [
-                ("ro", &o.ro),
-                ("exec", &o.exec),
-                ("rw", &o.rw),
-                ("dev", &o.dev),
-            ] {
+            for (kind, grants) in self.judge.paths() {
                 for g in grants {
                     let g = canon(g);
                     // /proc and /sys are not where files are kept.
