@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use kerneld::wire::{
     BestSummary, EvalResult, Event, EventKind, GoalDetail, GoalSpec, GoalState, GoalSummary,
-    GpusResult, Health, ResultClass,
+    GpusResult, Health, ResultClass, SandboxStatus,
 };
 
 // ---------------------------------------------------------------------------
@@ -892,7 +892,7 @@ pub fn gpus(result: &GpusResult, now_ms: u64, paint: Paint) -> String {
 }
 
 /// The evaluation sandbox: in force or not, what it restricts, what is missing.
-pub fn sandbox(sb: &kerneld::wire::SandboxStatus, paint: Paint) -> String {
+pub fn sandbox(sb: &SandboxStatus, paint: Paint) -> String {
     let head = if sb.complete {
         paint.paint("sandbox: in force", Some(Style::Green))
     } else if sb.allow_unsandboxed {

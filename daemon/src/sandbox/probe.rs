@@ -3,24 +3,23 @@
 
 pub use crate::wire::SandboxProbe as Probe;
 
-impl Probe {
-    /// What the sandbox needs from the kernel (uid switching is the policy's business).
-    pub fn missing(&self) -> Vec<String> {
-        let mut m = Vec::new();
-        if self.landlock_abi < 6 {
-            m.push(format!(
-                "Landlock ABI {} (6 needed: filesystem, TCP and scoping rules)",
-                self.landlock_abi
-            ));
-        }
-        if !self.seccomp {
-            m.push("seccomp filters".into());
-        }
-        if !self.no_new_privs {
-            m.push("no_new_privs".into());
-        }
-        m
+/// What the sandbox needs from the kernel and lacks (uid switching is the policy's business).
+/// A function, not a method: the type is the protocol's.
+pub fn missing(p: &Probe) -> Vec<String> {
+    let mut m = Vec::new();
+    if p.landlock_abi < 6 {
+        m.push(format!(
+            "Landlock ABI {} (6 needed: filesystem, TCP and scoping rules)",
+            p.landlock_abi
+        ));
     }
+    if !p.seccomp {
+        m.push("seccomp filters".into());
+    }
+    if !p.no_new_privs {
+        m.push("no_new_privs".into());
+    }
+    m
 }
 
 /// The kernel's Landlock ABI (landlock_create_ruleset with the VERSION flag).

@@ -165,7 +165,7 @@ impl Runtime {
         };
         if let Some(p) = &probe {
             problems.extend(
-                p.missing()
+                super::probe::missing(p)
                     .into_iter()
                     .map(|m| format!("the kernel lacks {m}")),
             );
@@ -297,7 +297,7 @@ impl Runtime {
                     .status
                     .probe
                     .as_ref()
-                    .is_some_and(|p| !p.missing().is_empty()),
+                    .is_some_and(|p| !super::probe::missing(p).is_empty()),
         }
     }
 
