@@ -599,11 +599,6 @@ impl Engine {
         WorkerSpec {
             python: self.config().python.clone(),
             script: self.config().worker_script(),
-            gpu_uuid: if info.is_gpu {
-                Some(info.uuid.clone())
-            } else {
-                None
-            },
             max_files: self.config().worker_max_files,
             max_address_space: if info.is_gpu {
                 0

@@ -28,8 +28,6 @@ const STDERR_TAIL: usize = 40;
 pub struct WorkerSpec {
     pub python: PathBuf,
     pub script: PathBuf,
-    /// The GPU's UUID, or None for the CPU slot (Triton's interpreter).
-    pub gpu_uuid: Option<String>,
     pub max_files: u64,
     /// Address-space limit in bytes (CPU mode only; 0 = none).
     pub max_address_space: u64,
