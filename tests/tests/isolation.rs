@@ -41,6 +41,28 @@ struct Hostile {
     what: String,
     text: String,
     expect: Expect,
+    /// `# expect-sandboxed:`: the verdict with the static rules skipped, so that the
+    /// attack really runs and only the operating system stands in its way.
+    sandboxed: Option<Expect>,
+}
+
+fn parse_expect(v: &str, path: &Path) -> Expect {
+    match v {
+        "no-effect" => Expect::NoEffect,
+        v => {
+            let kv: BTreeMap<&str, &str> = v
+                .split_whitespace()
+                .filter_map(|p| p.split_once('='))
+                .collect();
+            Expect::Verdict {
+                class: kv
+                    .get("class")
+                    .unwrap_or_else(|| panic!("{}: expect without class", path.display()))
+                    .to_string(),
+                rule: kv.get("rule").map(|r| r.to_string()).unwrap_or_default(),
+            }
+        }
+    }
 }
 
 /// Every file of the shared hostile directory, with its header parsed.
@@ -57,37 +79,23 @@ fn hostile_files() -> Vec<Hostile> {
         .into_iter()
         .map(|path| {
             let text = std::fs::read_to_string(&path).unwrap();
-            let field = |key: &str| {
+            let header = |key: &str| {
                 text.lines()
-                    .take(5)
+                    .take(6)
                     .find_map(|l| l.strip_prefix(&format!("# {key}:")))
                     .map(|v| v.trim().to_string())
-                    .unwrap_or_else(|| {
-                        panic!("{}: no `# {key}:` line in its header", path.display())
-                    })
             };
-            let what = field("hostile");
-            let expect = match field("expect").as_str() {
-                "no-effect" => Expect::NoEffect,
-                v => {
-                    let kv: BTreeMap<&str, &str> = v
-                        .split_whitespace()
-                        .filter_map(|p| p.split_once('='))
-                        .collect();
-                    Expect::Verdict {
-                        class: kv
-                            .get("class")
-                            .unwrap_or_else(|| panic!("{}: expect without class", path.display()))
-                            .to_string(),
-                        rule: kv.get("rule").map(|r| r.to_string()).unwrap_or_default(),
-                    }
-                }
+            let field = |key: &str| {
+                header(key).unwrap_or_else(|| {
+                    panic!("{}: no `# {key}:` line in its header", path.display())
+                })
             };
             Hostile {
                 name: path.file_name().unwrap().to_string_lossy().into_owned(),
-                what,
+                what: field("hostile"),
+                expect: parse_expect(&field("expect"), &path),
+                sandboxed: header("expect-sandboxed").map(|v| parse_expect(&v, &path)),
                 text,
-                expect,
             }
         })
         .collect()
@@ -147,23 +155,25 @@ impl World {
         &self.tokens[2]
     }
 
-    fn start(&self, extra: &[&str]) -> Daemon {
-        let mut args = vec![
+    fn start(&self) -> Daemon {
+        self.start_env(&[])
+    }
+
+    /// Starts the daemon with the secret in its environment, and `env` on top.
+    fn start_env(&self, env: &[(&str, &str)]) -> Daemon {
+        let args = [
             "--config",
             self.config.to_str().unwrap(),
             "--eval-timeout",
             "120s",
         ];
-        args.extend_from_slice(extra);
-        Daemon::start_env(
-            self.dir.path(),
-            &args,
-            &[
-                (self.env_name.as_str(), self.env_token()),
-                // The workers' stderr reaches the daemon's log: a leak there counts too.
-                ("KERNELD_LOG", "info,worker=debug"),
-            ],
-        )
+        let mut all = vec![
+            (self.env_name.as_str(), self.env_token()),
+            // The workers' stderr reaches the daemon's log: a leak there counts too.
+            ("KERNELD_LOG", "info,worker=debug"),
+        ];
+        all.extend_from_slice(env);
+        Daemon::start_env(self.dir.path(), &args, &all)
     }
 
     fn substitute(&self, text: &str, state_dir: &Path) -> String {
@@ -291,8 +301,36 @@ fn every_hostile_candidate_is_refused_or_has_no_effect() {
         eprintln!("skipped: this kernel has no Landlock ABI >= 6");
         return;
     }
-    let world = World::new("iso");
-    let d = world.start(&[]);
+    let hostiles = hostile_files();
+    assert!(
+        hostiles.len() >= 6,
+        "the OS classes are missing from the hostile directory"
+    );
+    // As the daemon runs: the static rules, then the OS.
+    let all: Vec<(&Hostile, &Expect)> = hostiles.iter().map(|h| (h, &h.expect)).collect();
+    let mut failures = suite("iso", &[], &all);
+    // The static rules skipped where a file asks for it (`# expect-sandboxed:`): the
+    // attack really runs, and only the operating system stands in its way.
+    let behind: Vec<(&Hostile, &Expect)> = hostiles
+        .iter()
+        .filter_map(|h| h.sandboxed.as_ref().map(|e| (h, e)))
+        .collect();
+    failures.extend(
+        suite(
+            "iso-os",
+            &[("KERNELD_UNSAFE_SKIP_STATIC_CHECKS", "1")],
+            &behind,
+        )
+        .into_iter()
+        .map(|f| format!("(static rules skipped) {f}")),
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// One daemon over `hostiles`, each followed by the honest seed; the failures, with the log.
+fn suite(tag: &str, env: &[(&str, &str)], hostiles: &[(&Hostile, &Expect)]) -> Vec<String> {
+    let world = World::new(tag);
+    let d = world.start_env(env);
     let version = d.call(wire::method::VERSION, json!({}));
     let restricts = version["sandbox"]["restricts"].to_string();
     assert!(
@@ -306,14 +344,9 @@ fn every_hostile_candidate_is_refused_or_has_no_effect() {
     let baseline = verdicts(&d.events(0), &fresh)["tiled.py"].clone();
     assert_eq!(baseline.0, "ok", "{baseline:?}\n{}", d.log_text());
 
-    let hostiles = hostile_files();
-    assert!(
-        hostiles.len() >= 6,
-        "the OS classes are missing from the hostile directory"
-    );
     let state_before = tree(&d.state_dir);
     let mut failures = Vec::new();
-    for h in &hostiles {
+    for (h, expect) in hostiles {
         let stem = h.name.trim_end_matches(".py").replace('_', "-");
         let text = world.substitute(&h.text, &d.state_dir);
         let id = enqueue(
@@ -326,7 +359,7 @@ fn every_hostile_candidate_is_refused_or_has_no_effect() {
         d.wait_terminal(&id, Duration::from_secs(300));
         let v = verdicts(&d.events(0), &id);
         let mut fail = |why: String| failures.push(format!("{} ({}): {why}", h.name, h.what));
-        match (&h.expect, v.get(&h.name)) {
+        match (*expect, v.get(&h.name)) {
             (_, None) => fail(format!("no verdict; verdicts {v:?}")),
             (Expect::Verdict { class, rule }, Some((c, r, m))) if (c, r) != (class, rule) => fail(
                 format!("expected class={class} rule={rule}, got class={c} rule={r}: {m}"),
@@ -373,18 +406,16 @@ fn every_hostile_candidate_is_refused_or_has_no_effect() {
             fail("the 127.0.0.1 listener accepted a connection".into());
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{}\n\nlog:\n{}",
-        failures.join("\n"),
-        d.log_text()
-    );
+    if !failures.is_empty() {
+        failures.push(format!("log of the {tag} daemon:\n{}", d.log_text()));
+    }
+    failures
 }
 
 #[test]
 fn a_command_agent_sees_only_the_allow_listed_environment() {
     let world = World::new("iso-cmd");
-    let d = world.start(&[]);
+    let d = world.start();
     let script = world.dir.path().join("agent.sh");
     // The whole environment goes into the candidate's docstring, which `show`/`best` print.
     std::fs::write(
@@ -576,7 +607,7 @@ fn a_seed_sent_by_an_unprivileged_user_runs_as_the_runner_user_not_root() {
         return;
     };
     let world = World::new("iso-uid");
-    let d = world.start(&[]);
+    let d = world.start();
     let v = d.call(wire::method::VERSION, json!({}));
     let problems = v["sandbox"]["problems"].to_string();
     if problems.contains("cannot run as kerneld-runner") {

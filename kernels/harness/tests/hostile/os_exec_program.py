@@ -1,5 +1,6 @@
 # hostile: starts programs: posix_spawn of /bin/sh and subprocess from torch.sys.modules
 # expect: no-effect
+# expect-sandboxed: no-effect
 """Hostile candidate (OS class, tests/tests/isolation.rs): starts programs: posix_spawn of /bin/sh and subprocess from torch.sys.modules. Otherwise the demo's tiled
 matmul, so that only the attack can decide its verdict; the sandbox must make the attack
 fail quietly (the global checks look for any trace of success)."""

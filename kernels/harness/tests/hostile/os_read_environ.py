@@ -1,5 +1,6 @@
 # hostile: reads the daemon's environment: its own os.environ and /proc/<ancestor>/environ
 # expect: no-effect
+# expect-sandboxed: no-effect
 """Hostile candidate (OS class, tests/tests/isolation.rs): reads the daemon's environment: its own os.environ and /proc/<ancestor>/environ. Otherwise the demo's tiled
 matmul, so that only the attack can decide its verdict; the sandbox must make the attack
 fail quietly (the global checks look for any trace of success)."""

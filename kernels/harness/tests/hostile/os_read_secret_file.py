@@ -1,5 +1,6 @@
 # hostile: reads a file only the daemon's user may read, through torch.os
 # expect: no-effect
+# expect-sandboxed: no-effect
 """Hostile candidate (OS class, tests/tests/isolation.rs): reads a file only the daemon's user may read, through torch.os. Otherwise the demo's tiled
 matmul, so that only the attack can decide its verdict; the sandbox must make the attack
 fail quietly (the global checks look for any trace of success)."""

@@ -1,5 +1,6 @@
 # hostile: reads the daemon's state directory (event log, other goals' sources) and its config file
 # expect: no-effect
+# expect-sandboxed: no-effect
 """Hostile candidate (OS class, tests/tests/isolation.rs): reads the daemon's state directory (event log, other goals' sources) and its config file. Otherwise the demo's tiled
 matmul, so that only the attack can decide its verdict; the sandbox must make the attack
 fail quietly (the global checks look for any trace of success)."""

@@ -1,5 +1,6 @@
 # hostile: opens a TCP connection to a listener on 127.0.0.1 and sends UDP, via importlib from torch.sys
 # expect: no-effect
+# expect-sandboxed: no-effect
 """Hostile candidate (OS class, tests/tests/isolation.rs): opens a TCP connection to a listener on 127.0.0.1 and sends UDP, via importlib from torch.sys. Otherwise the demo's tiled
 matmul, so that only the attack can decide its verdict; the sandbox must make the attack
 fail quietly (the global checks look for any trace of success)."""

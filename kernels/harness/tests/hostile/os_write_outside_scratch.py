@@ -1,5 +1,6 @@
 # hostile: writes and deletes files outside its scratch: marker dir, state dir, /tmp, root's home
 # expect: no-effect
+# expect-sandboxed: no-effect
 """Hostile candidate (OS class, tests/tests/isolation.rs): writes and deletes files outside its scratch: marker dir, state dir, /tmp, root's home. Otherwise the demo's tiled
 matmul, so that only the attack can decide its verdict; the sandbox must make the attack
 fail quietly (the global checks look for any trace of success)."""
