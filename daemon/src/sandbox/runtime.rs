@@ -126,10 +126,12 @@ fn ensure_root(root: &Path) -> Result<(), String> {
 /// Makes `dir` an empty directory owned by `owner` with `mode`.
 fn fresh_dir(dir: &Path, owner: Option<(u32, u32)>, mode: u32) -> Result<(), String> {
     if dir.exists() && std::fs::remove_dir_all(dir).is_err() {
-        // A directory the runner made unwritable: make its directories ours again
-        // (owner, or CAP_FOWNER), then remove it.
+        // Directories of the runner user (mode 0700) that a daemon without
+        // CAP_DAC_OVERRIDE cannot empty: take them back (CAP_CHOWN), then remove them.
+        let me = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
         let mut stack = vec![dir.to_path_buf()];
         while let Some(d) = stack.pop() {
+            let _ = std::os::unix::fs::lchown(&d, Some(me.0), Some(me.1));
             let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700));
             for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
                 if e.file_type().is_ok_and(|t| t.is_dir()) {
