@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use nix::sys::signal::{killpg, Signal};
@@ -28,8 +28,6 @@ const STDERR_TAIL: usize = 40;
 pub struct WorkerSpec {
     pub python: PathBuf,
     pub script: PathBuf,
-    /// The GPU's UUID, or None for the CPU slot (Triton's interpreter).
-    pub gpu_uuid: Option<String>,
     pub max_files: u64,
     /// Address-space limit in bytes (CPU mode only; 0 = none).
     pub max_address_space: u64,
@@ -70,7 +68,6 @@ pub struct Worker {
     next_id: u64,
     /// The worker's ready line (versions, device).
     pub ready: Value,
-    pub started: Instant,
     sandbox: crate::sandbox::WorkerSandbox,
 }
 
@@ -154,7 +151,6 @@ impl Worker {
             stderr_tail,
             next_id: 1,
             ready: Value::Null,
-            started: Instant::now(),
             sandbox,
         };
         let ready = match tokio::time::timeout(spec.start_timeout, worker.read_line()).await {
