@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use nix::sys::signal::{killpg, Signal};
@@ -68,7 +68,6 @@ pub struct Worker {
     next_id: u64,
     /// The worker's ready line (versions, device).
     pub ready: Value,
-    pub started: Instant,
     sandbox: crate::sandbox::WorkerSandbox,
 }
 
@@ -152,7 +151,6 @@ impl Worker {
             stderr_tail,
             next_id: 1,
             ready: Value::Null,
-            started: Instant::now(),
             sandbox,
         };
         let ready = match tokio::time::timeout(spec.start_timeout, worker.read_line()).await {
