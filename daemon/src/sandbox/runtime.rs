@@ -128,7 +128,10 @@ fn fresh_dir(dir: &Path, owner: Option<(u32, u32)>, mode: u32) -> Result<(), Str
     if dir.exists() && std::fs::remove_dir_all(dir).is_err() {
         // Directories of the runner user (mode 0700) that a daemon without
         // CAP_DAC_OVERRIDE cannot empty: take them back (CAP_CHOWN), then remove them.
-        let me = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
+        let me = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
         let mut stack = vec![dir.to_path_buf()];
         while let Some(d) = stack.pop() {
             let _ = std::os::unix::fs::lchown(&d, Some(me.0), Some(me.1));
