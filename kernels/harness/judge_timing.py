@@ -105,7 +105,12 @@ def time_shape(sess, task, slots, shape_name, shape, base, cand_vars: list, base
     target = float(tcfg.get("target_noise_pct", 1.0))
     factor = float(tcfg.get("timer_factor", 1.4))
     allow_us = float(tcfg.get("timer_allow_us", 10.0 if gpu else 300.0))
-    allow_frac = float(tcfg.get("timer_allow_frac", 0.05 if gpu else 0.25))
+    # On the H200 (2026-12-01, session 3) honest runners read 12-33 % of the loop's fixed cost F
+    # above the judge's own no-op calibration (MLA b64_s8192: reported 282 us, the known truth,
+    # observed 516 us beyond F = 1578 us): 5 % of F rejected every honest seed. Half of F keeps
+    # honest candidates clear with margin; on a GPU the bound then catches only gross lies (more
+    # than F/2 per call), and re-timing in a fresh runner before a new best does the rest.
+    allow_frac = float(tcfg.get("timer_allow_frac", 0.5 if gpu else 0.25))
     trace = bool(tcfg.get("trace", False))
     sync = timing._sync if gpu else (lambda: None)
     recipes = [None] * n
