@@ -8,7 +8,7 @@ label their rows `"seed": "pool"`). An evaluation's battery runs every seed the 
 (fresh per evaluation, reproducible from the log, references computed as before), topped up
 to MIN_SEEDS per shape with seeds drawn from the pool, whose references are computed once
 and kept. The daemon sends one seed (daemon/src/engine/evaluation.rs), so two come from the
-pool; a request with three or more seeds runs exactly as before the pool existed. After each
+pool; a request with two or more seeds runs exactly as before the pool existed. After each
 evaluation one member of each used pool is replaced by a new secret seed, so the pool rotates:
 a candidate that memorised outputs for some inputs (it cannot keep them: each runner's scratch
 is deleted, and under the sandbox it can write nowhere else) would still face the fresh seed
@@ -46,7 +46,10 @@ class RefPool:
     def draw(self, key: tuple, avoid=()) -> list[int]:
         """Distinct secret seeds of `key`'s pool (filled on first use) that top the request's
         seeds (`avoid`) up to `min_seeds`; none when the request brings enough."""
-        n = max(0, self.min_seeds - len(list(avoid)))
+        # Only a one-seed request (what the daemon sends) opts in: requests naming several
+        # seeds (tools, tests) run exactly those, as before the pool existed.
+        given = len(list(avoid))
+        n = self.min_seeds - given if given == 1 else 0
         if n == 0:
             return []
         if not self.keep:

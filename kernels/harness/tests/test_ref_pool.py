@@ -14,7 +14,7 @@ REQ = {"task_dir": str(DEMO), "seeds": [1], "timing": {"cpu_reps": 3}, "profile"
 def test_references_are_computed_once_per_pool_seed_and_rotate():
     p = RefPool(size=4, min_seeds=3)
     key = ("t", "s", "fp32", "cpu")
-    assert p.draw(key, avoid=[1, 2, 3]) == []  # the request brings enough
+    assert p.draw(key, avoid=[1, 2]) == []  # several seeds: exactly those run
     calls = []
 
     def compute():
@@ -34,9 +34,9 @@ def test_references_are_computed_once_per_pool_seed_and_rotate():
 
 
 def test_kept_references_are_bounded_in_bytes():
-    p = RefPool(size=2, min_seeds=2, max_bytes=16)
+    p = RefPool(size=2, min_seeds=3, max_bytes=16)
     key = ("t", "s", "fp32", "cpu")
-    for s in p.draw(key):
+    for s in p.draw(key, avoid=[7]):
         p.reference(key, s, lambda: {"c": torch.zeros(4)})  # 16 bytes each: the second is not kept
     assert len(p._refs) == 1 and p._bytes == 16
 
