@@ -16,6 +16,7 @@ pub mod projection;
 pub mod reconfigure;
 pub mod rpc;
 pub mod scheduler;
+pub mod slurm;
 pub mod spool;
 pub mod store;
 pub mod task;
