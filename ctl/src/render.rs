@@ -801,6 +801,40 @@ pub fn event_summary(kind: &EventKind, fit_text: Fit) -> (String, Option<Style>)
             ),
             Some(Style::Dim),
         ),
+        EventKind::SlurmJobSubmitted {
+            slot,
+            job,
+            partition,
+            ..
+        } => (
+            format!("{slot}: Slurm job {job} submitted to partition {partition}"),
+            Some(Style::Dim),
+        ),
+        EventKind::SlurmJobStarted {
+            slot,
+            job,
+            node,
+            reattached,
+        } => (
+            format!(
+                "{slot}: Slurm job {job} {} on {node}",
+                if *reattached { "reattached" } else { "running" }
+            ),
+            Some(Style::Green),
+        ),
+        EventKind::SlurmJobEnded {
+            slot,
+            job,
+            state,
+            reason,
+        } => (
+            format!(
+                "{slot}: Slurm job {job} ended{}: {}",
+                state.as_deref().map_or(String::new(), |s| format!(" ({s})")),
+                fit(reason, 80, fit_text)
+            ),
+            Some(Style::Yellow),
+        ),
     }
 }
 
@@ -838,6 +872,11 @@ pub fn gpus(result: &GpusResult, now_ms: u64, paint: Paint) -> String {
         Some(note) => format!("mode: {} ({note})\n", result.mode),
         None => format!("mode: {}\n", result.mode),
     };
+    // Slurm slots add a column: the job behind the slot (id@node, state, time left).
+    let slurm = result
+        .devices
+        .iter()
+        .any(|d| d.slurm.is_some() || d.uuid.starts_with("slurm-"));
     let rows: Vec<Vec<Cell>> = result
         .devices
         .iter()
@@ -859,7 +898,7 @@ pub fn gpus(result: &GpusResult, now_ms: u64, paint: Paint) -> String {
                 ),
                 None => ("-".into(), "-".into(), "-".into()),
             };
-            vec![
+            let mut row = vec![
                 Cell::new(&d.uuid),
                 Cell::new(&d.name),
                 Cell::new(health).styled(style),
@@ -868,23 +907,37 @@ pub fn gpus(result: &GpusResult, now_ms: u64, paint: Paint) -> String {
                 Cell::num(since),
                 Cell::num(d.evaluations.to_string()),
                 Cell::num(duration(d.busy_s)),
-            ]
+            ];
+            if slurm {
+                row.push(Cell::new(match &d.slurm {
+                    Some(j) => format!(
+                        "{}@{} {}{}",
+                        j.job,
+                        j.node.as_deref().unwrap_or("-"),
+                        j.state,
+                        j.time_left_s
+                            .map_or(String::new(), |t| format!(" {} left", duration(t as f64)))
+                    ),
+                    None => "-".into(),
+                }));
+            }
+            row
         })
         .collect();
-    out.push_str(&table(
-        &[
-            "UUID",
-            "NAME",
-            "HEALTH",
-            "LEASE",
-            "CANDIDATE",
-            "SINCE",
-            "EVALS",
-            "BUSY",
-        ],
-        &rows,
-        paint,
-    ));
+    let mut headers = vec![
+        "UUID",
+        "NAME",
+        "HEALTH",
+        "LEASE",
+        "CANDIDATE",
+        "SINCE",
+        "EVALS",
+        "BUSY",
+    ];
+    if slurm {
+        headers.push("SLURM JOB");
+    }
+    out.push_str(&table(&headers, &rows, paint));
     out
 }
 
@@ -1141,6 +1194,7 @@ mod tests {
                 worker_pid: Some(4242),
                 evaluations: 5,
                 busy_s: 75.0,
+                slurm: None,
             }],
         };
         let text = gpus(&result, 40_000, Paint::OFF);

@@ -602,6 +602,7 @@ impl Engine {
                 self.config().worker_max_address_space_cpu
             },
             start_timeout: self.config().worker_start_timeout,
+            launcher: Vec::new(),
         }
     }
 
@@ -1956,6 +1957,7 @@ impl Engine {
                 evaluations: s.evaluations,
                 busy_s: (s.busy + s.leased_at.map_or(Duration::ZERO, |t| t.elapsed()))
                     .as_secs_f64(),
+                slurm: None,
             })
             .collect();
         GpusResult {

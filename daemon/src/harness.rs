@@ -34,6 +34,12 @@ pub struct WorkerSpec {
     /// Address-space limit in bytes (CPU mode only; 0 = none).
     pub max_address_space: u64,
     pub start_timeout: Duration,
+    /// Programs the worker's argv is handed to, outermost first (a Slurm slot's
+    /// `srun --jobid=N ... --`): the worker, and any wrapper of its own, run under it.
+    /// Empty: the worker runs here. Under a launcher the device is the launcher's to
+    /// assign (Slurm sets CUDA_VISIBLE_DEVICES for the job's GPU), and SIGINT does not
+    /// reach the worker (srun does not forward it), so `interrupt` reports failure.
+    pub launcher: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +70,8 @@ pub struct Worker {
     lines: FramedRead<ChildStdout, LinesCodec>,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
     next_id: u64,
+    /// SIGINT reaches the worker (false under a launcher such as srun).
+    interruptible: bool,
     /// The worker's ready line (versions, device).
     pub ready: Value,
     pub started: Instant,
@@ -72,7 +80,14 @@ pub struct Worker {
 impl Worker {
     /// Starts a worker and waits for its ready line.
     pub async fn start(spec: &WorkerSpec) -> Result<Worker, WorkerError> {
-        let mut cmd = Command::new(&spec.python);
+        let mut cmd = match spec.launcher.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(&spec.python);
+                c
+            }
+            None => Command::new(&spec.python),
+        };
         cmd.arg("-u")
             .arg(&spec.script)
             .stdin(Stdio::piped())
@@ -86,6 +101,11 @@ impl Worker {
             .process_group(0)
             .kill_on_drop(true);
         match &spec.gpu_uuid {
+            // The launcher's scheduler assigns the device (Slurm's gres sets it).
+            Some(_) if !spec.launcher.is_empty() => {
+                cmd.env_remove("CUDA_VISIBLE_DEVICES")
+                    .env_remove("TRITON_INTERPRET");
+            }
             Some(uuid) => {
                 cmd.env("CUDA_VISIBLE_DEVICES", uuid)
                     .env_remove("TRITON_INTERPRET");
@@ -141,6 +161,7 @@ impl Worker {
             lines: FramedRead::new(stdout, LinesCodec::new_with_max_length(WORKER_MAX_LINE)),
             stderr_tail,
             next_id: 1,
+            interruptible: spec.launcher.is_empty(),
             ready: Value::Null,
             started: Instant::now(),
         };
@@ -237,6 +258,9 @@ impl Worker {
     /// `grace`; otherwise its state is unknown and the caller must `kill` it.
     pub async fn interrupt(&mut self, grace: Duration) -> bool {
         let id = self.next_id.saturating_sub(1);
+        if !self.interruptible {
+            return false;
+        }
         if nix::sys::signal::kill(self.pgid, Signal::SIGINT).is_err() {
             return false;
         }

@@ -136,7 +136,10 @@ impl JobInfo {
         self.state == "RUNNING"
     }
     pub fn is_pending(&self) -> bool {
-        matches!(self.state.as_str(), "PENDING" | "CONFIGURING" | "REQUEUED" | "RESIZING")
+        matches!(
+            self.state.as_str(),
+            "PENDING" | "CONFIGURING" | "REQUEUED" | "RESIZING"
+        )
     }
 }
 
@@ -501,7 +504,10 @@ mod tests {
         assert!(a.contains(&"--gres=gpu:1".to_string()));
         assert!(a.contains(&"--account=lab".to_string()));
         assert!(a.contains(&"--constraint=h200".to_string()));
-        assert!(a.contains(&"--time=2".to_string()), "90 s rounds up to 2 minutes: {a:?}");
+        assert!(
+            a.contains(&"--time=2".to_string()),
+            "90 s rounds up to 2 minutes: {a:?}"
+        );
         assert!(a.contains(&format!("--job-name={}", c.job_name(1))));
         assert_eq!(c.slot_of(&c.job_name(1)), Some(1));
         assert_eq!(c.slot_of("kerneld-other-1"), None);

@@ -25,6 +25,9 @@ const GOALS: TableDefinition<&str, &[u8]> = TableDefinition::new("goals");
 const EVALS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("evaluations");
 /// source hash → candidate source text (non-seed candidates).
 const SOURCES: TableDefinition<&str, &str> = TableDefinition::new("sources");
+/// Slurm job id → SlurmJobRecord JSON: the jobs the log says kerneld holds (submitted
+/// and not ended). A restart reattaches to these or cancels them.
+const SLURM_JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("slurm_jobs");
 /// counters: "next_seq", "next_goal".
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
@@ -88,6 +91,15 @@ impl NewEvent {
     }
 }
 
+/// A Slurm job the log says kerneld holds (projection of the slurm_job_* events).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SlurmJobRecord {
+    pub slot: String,
+    pub job: u64,
+    pub name: String,
+    pub node: Option<String>,
+}
+
 pub struct Store {
     db: Database,
     path: PathBuf,
@@ -133,6 +145,7 @@ impl Store {
             tx.open_table(EVALS).map_err(|e| db_err(path, e))?;
             tx.open_table(SOURCES).map_err(|e| db_err(path, e))?;
             tx.open_table(META).map_err(|e| db_err(path, e))?;
+            tx.open_table(SLURM_JOBS).map_err(|e| db_err(path, e))?;
         }
         tx.commit().map_err(|e| db_err(path, e))?;
         Ok(store)
@@ -293,10 +306,73 @@ impl Store {
                     .insert(goal, bytes.as_slice())
                     .map_err(|e| self.err(e))?;
             }
+            self.project_slurm(tx, &ev.kind)?;
             out.push(ev);
             seq += 1;
         }
         meta.insert("next_seq", seq).map_err(|e| self.err(e))?;
+        Ok(out)
+    }
+
+    /// Keeps the table of held Slurm jobs in step with the log (same transaction).
+    fn project_slurm(
+        &self,
+        tx: &redb::WriteTransaction,
+        kind: &EventKind,
+    ) -> Result<(), StoreError> {
+        let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
+        let rec = match kind {
+            EventKind::SlurmJobSubmitted {
+                slot, job, name, ..
+            } => SlurmJobRecord {
+                slot: slot.clone(),
+                job: *job,
+                name: name.clone(),
+                node: None,
+            },
+            EventKind::SlurmJobStarted {
+                slot, job, node, ..
+            } => {
+                let t = tx.open_table(SLURM_JOBS).map_err(|e| self.err(e))?;
+                let old = t.get(*job).map_err(|e| self.err(e))?;
+                let mut rec = match old {
+                    Some(raw) => serde_json::from_slice(raw.value()).map_err(corrupt)?,
+                    None => SlurmJobRecord {
+                        slot: slot.clone(),
+                        job: *job,
+                        name: String::new(),
+                        node: None,
+                    },
+                };
+                rec.node = Some(node.clone());
+                rec
+            }
+            EventKind::SlurmJobEnded { job, .. } => {
+                let mut t = tx.open_table(SLURM_JOBS).map_err(|e| self.err(e))?;
+                t.remove(*job).map_err(|e| self.err(e))?;
+                return Ok(());
+            }
+            _ => return Ok(()),
+        };
+        let bytes = serde_json::to_vec(&rec).map_err(corrupt)?;
+        let mut t = tx.open_table(SLURM_JOBS).map_err(|e| self.err(e))?;
+        t.insert(rec.job, bytes.as_slice())
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// The Slurm jobs the log says kerneld holds, by job id.
+    pub fn slurm_jobs(&self) -> Result<Vec<SlurmJobRecord>, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = tx.open_table(SLURM_JOBS).map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for row in t.iter().map_err(|e| self.err(e))? {
+            let (_, v) = row.map_err(|e| self.err(e))?;
+            out.push(
+                serde_json::from_slice(v.value())
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            );
+        }
         Ok(out)
     }
 
@@ -619,5 +695,63 @@ mod tests {
             other => panic!("expected AlreadyOpen, got {:?}", other.err()),
         }
         let _ = std::fs::remove_file(path);
+    }
+}
+
+#[cfg(test)]
+mod slurm_tests {
+    use super::*;
+
+    #[test]
+    fn held_slurm_jobs_follow_the_log_across_a_reopen() {
+        let path = std::env::temp_dir().join(format!(
+            "kerneld-store-slurm-{}-{}.redb",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        {
+            let s = Store::open(&path).unwrap();
+            let slot = || "slurm-0".to_string();
+            s.append(vec![
+                NewEvent::daemon(EventKind::SlurmJobSubmitted {
+                    slot: slot(),
+                    job: 7,
+                    name: "kerneld-x-0".into(),
+                    partition: "p".into(),
+                }),
+                NewEvent::daemon(EventKind::SlurmJobSubmitted {
+                    slot: "slurm-1".into(),
+                    job: 8,
+                    name: "kerneld-x-1".into(),
+                    partition: "p".into(),
+                }),
+                NewEvent::daemon(EventKind::SlurmJobStarted {
+                    slot: slot(),
+                    job: 7,
+                    node: "n1".into(),
+                    reattached: false,
+                }),
+                NewEvent::daemon(EventKind::SlurmJobEnded {
+                    slot: "slurm-1".into(),
+                    job: 8,
+                    state: Some("TIMEOUT".into()),
+                    reason: "time limit".into(),
+                }),
+            ])
+            .unwrap();
+        }
+        let s = Store::open(&path).unwrap();
+        let jobs = s.slurm_jobs().unwrap();
+        assert_eq!(
+            jobs,
+            vec![SlurmJobRecord {
+                slot: "slurm-0".into(),
+                job: 7,
+                name: "kerneld-x-0".into(),
+                node: Some("n1".into())
+            }]
+        );
+        drop(s);
+        let _ = std::fs::remove_file(&path);
     }
 }
