@@ -830,7 +830,9 @@ pub fn event_summary(kind: &EventKind, fit_text: Fit) -> (String, Option<Style>)
         } => (
             format!(
                 "{slot}: Slurm job {job} ended{}: {}",
-                state.as_deref().map_or(String::new(), |s| format!(" ({s})")),
+                state
+                    .as_deref()
+                    .map_or(String::new(), |s| format!(" ({s})")),
                 fit(reason, 80, fit_text)
             ),
             Some(Style::Yellow),

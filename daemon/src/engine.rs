@@ -32,6 +32,9 @@ use crate::scheduler::{self, Contender};
 use crate::store::{self, now_ms, NewEvent, Store};
 use crate::wire::*;
 
+// Slurm slots: the engine's hooks (HOOK(slurm) below) call into this room.
+mod slurm;
+
 /// How often budgets and device health are looked at between events.
 const TICK: Duration = Duration::from_secs(2);
 /// Device health is read every this many ticks.
@@ -139,6 +142,9 @@ pub struct Engine {
     /// a scheduler that stops ticking stops the pings.
     on_tick: Mutex<Option<TickFn>>,
     started: Instant,
+    /// HOOK(slurm): the Slurm slots (after the local ones, from `first_slurm` on).
+    slurm: Option<Arc<crate::slurm::SlurmSlots>>,
+    first_slurm: usize,
 }
 
 /// What the scheduler calls on each tick, with a one-line status of the daemon.
@@ -161,8 +167,25 @@ impl Engine {
             let s = store.clone();
             tokio::task::spawn_blocking(move || s.goals()).await??
         };
-        let slots = devices
-            .devices()
+        // HOOK(slurm): Slurm slots after the local ones; a host that would only be the CPU
+        // fallback (a login node) serves no evaluations itself unless `local = true`.
+        let slurm = cfg.slurm.clone().map(|c| {
+            Arc::new(crate::slurm::SlurmSlots::new(crate::slurm::Cluster::new(
+                c,
+                &cfg.state_dir,
+            )))
+        });
+        let mut infos = devices.devices();
+        if let Some(c) = &cfg.slurm {
+            if !c.local.unwrap_or(devices.mode() == "gpu") {
+                infos.clear();
+            }
+        }
+        let first_slurm = infos.len();
+        if let Some(s) = &slurm {
+            infos.extend(s.devices(!cfg.force_cpu));
+        }
+        let slots = infos
             .into_iter()
             .map(|info| Slot {
                 info,
@@ -197,6 +220,8 @@ impl Engine {
             fatal_reason: Mutex::new(None),
             on_tick: Mutex::new(None),
             started: Instant::now(),
+            slurm,
+            first_slurm,
         });
         let mode = engine.devices.mode().to_string();
         // The log's last event is the last moment this daemon is known to have been alive
@@ -237,6 +262,7 @@ impl Engine {
             }
         }
         engine.commit(items).await?;
+        engine.slurm_recover().await?; // HOOK(slurm)
         Ok(engine)
     }
 
@@ -290,7 +316,7 @@ impl Engine {
                 }
             )*};
         }
-        restart_only!(state_dir, socket, gpu_allow, force_cpu, spool_dir);
+        restart_only!(state_dir, socket, gpu_allow, force_cpu, spool_dir, slurm);
         changed
     }
 
@@ -408,6 +434,7 @@ impl Engine {
                     self.check_wall_budgets().await;
                     if ticks.is_multiple_of(HEALTH_EVERY) {
                         self.check_health().await;
+                        self.slurm_tick().await; // HOOK(slurm)
                     }
                     if let Some(f) = self.on_tick.lock().unwrap().as_ref() {
                         f(&self.status_line());
@@ -442,6 +469,7 @@ impl Engine {
         for w in workers {
             w.shutdown().await;
         }
+        self.slurm_stop().await; // HOOK(slurm)
     }
 
     fn dispatch(self: &Arc<Self>) {
@@ -555,6 +583,7 @@ impl Engine {
             let due = s.not_before.is_none_or(|t| t <= Instant::now());
             if s.worker.is_some()
                 || s.warming
+                || self.slurm_waits_for_lease(slot) // HOOK(slurm)
                 || s.lease.is_some()
                 || s.health != Health::Healthy
                 || !due
@@ -621,9 +650,15 @@ impl Engine {
         if worker.is_some() {
             return true;
         }
-        let spec = self.worker_spec(slot);
+        let mut spec = self.worker_spec(slot);
+        // HOOK(slurm): a Slurm slot's worker runs under its job's srun.
         let started = tokio::select! {
-            r = Worker::start(&spec) => r,
+            r = async {
+                spec.launcher = self.slurm_launcher(slot, cancel).await.map_err(|e| {
+                    WorkerError::NotReady(std::time::Duration::ZERO, format!("no Slurm job: {e:#}"))
+                })?;
+                Worker::start(&spec).await
+            } => r,
             _ = cancel.cancelled() => return false,
         };
         match started {
@@ -790,9 +825,13 @@ impl Engine {
                     (json!({}), json!({}), Some(msg))
                 }
                 Err(e) => {
+                    Self::discard(worker).await;
+                    // HOOK(slurm): the job went, not the seed's fault: describe it again later.
+                    if self.slurm_job_lost(slot).await.is_some() {
+                        return Ok(false);
+                    }
                     // The worker died or hung importing the seed: record it as a rejection
                     // of that seed rather than retrying forever.
-                    Self::discard(worker).await;
                     (json!({}), json!({}), Some(format!("describe failed: {e}")))
                 }
             };
@@ -1249,6 +1288,12 @@ impl Engine {
             }
             Err(WorkerError::Died { status, stderr }) => {
                 Self::discard(worker).await;
+                // HOOK(slurm): Slurm took the job (scancel, time limit, preemption, node
+                // failure): the evaluation runs again on a new job, like after a restart.
+                if let Some(why) = self.slurm_job_lost(slot).await {
+                    self.abort(goal, p, &device, &why).await?;
+                    return Ok(None);
+                }
                 EvalResult::failure(
                     ResultClass::Crashed,
                     format!("the worker died ({status}); its last output:\n{stderr}"),
@@ -1491,6 +1536,8 @@ impl Engine {
                 st.slots
                     .iter()
                     .enumerate()
+                    // HOOK(slurm): Slurm watches its own nodes; NVML here cannot.
+                    .filter(|(i, _)| self.slurm_index(*i).is_none())
                     .map(|(i, s)| {
                         (
                             i,
@@ -1944,7 +1991,8 @@ impl Engine {
         let devices = st
             .slots
             .iter()
-            .map(|s| GpuStatus {
+            .enumerate()
+            .map(|(i, s)| GpuStatus {
                 uuid: s.info.uuid.clone(),
                 name: s.info.name.clone(),
                 compute_capability: s.info.compute_capability.map(|(a, b)| format!("{a}.{b}")),
@@ -1957,7 +2005,7 @@ impl Engine {
                 evaluations: s.evaluations,
                 busy_s: (s.busy + s.leased_at.map_or(Duration::ZERO, |t| t.elapsed()))
                     .as_secs_f64(),
-                slurm: None,
+                slurm: self.slurm_status(i), // HOOK(slurm)
             })
             .collect();
         GpusResult {

@@ -48,6 +48,9 @@ pub struct RawSlurmConfig {
     pub gres: Option<String>,
     /// Where salloc, srun, squeue and scancel are (default: PATH).
     pub bin_dir: Option<PathBuf>,
+    /// Whether this host's own devices serve goals too. Default: yes when it has GPUs,
+    /// no when it would be the CPU fallback (a login node must not run evaluations).
+    pub local: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -61,6 +64,7 @@ pub struct SlurmConfig {
     pub idle_release: Duration,
     pub gres: String,
     pub bin_dir: Option<PathBuf>,
+    pub local: Option<bool>,
 }
 
 impl SlurmConfig {
@@ -97,6 +101,7 @@ impl SlurmConfig {
                 .unwrap_or(Duration::from_secs(600)),
             gres: raw.gres.unwrap_or_else(|| "gpu:1".into()),
             bin_dir: raw.bin_dir,
+            local: raw.local,
         })
     }
 }
@@ -485,6 +490,7 @@ mod tests {
                 idle_release: None,
                 gres: None,
                 bin_dir: None,
+                local: None,
             },
             |s, _| {
                 crate::goal::parse_duration(s)
@@ -550,6 +556,7 @@ mod tests {
             idle_release: None,
             gres: None,
             bin_dir: None,
+            local: None,
         };
         let e = SlurmConfig::from_raw(raw(0), |_, _| Ok(Duration::ZERO)).unwrap_err();
         assert!(e.contains("max_jobs"), "{e}");
