@@ -29,6 +29,8 @@ pub trait JobLog: Send + Sync {
 
 /// How long a worker's death waits for Slurm to tell whether its job went with it.
 const LOST_RECHECK: Duration = Duration::from_secs(2);
+/// How long the end of a job waits for Slurm to finish killing its steps (KillWait).
+const COMPLETING_WAIT: Duration = Duration::from_secs(40);
 
 #[derive(Debug, Default)]
 struct SlotJob {
@@ -278,7 +280,25 @@ impl SlurmSlots {
     }
 
     /// Records the end of slot `i`'s job `id` (cancelling it to be sure) and frees the slot.
-    async fn forget(&self, i: usize, id: u64, job: Option<JobInfo>, log: &dyn JobLog) -> String {
+    async fn forget(
+        &self,
+        i: usize,
+        id: u64,
+        mut job: Option<JobInfo>,
+        log: &dyn JobLog,
+    ) -> String {
+        // COMPLETING hides how it ended (TIMEOUT, CANCELLED, PREEMPTED...): its steps are
+        // still being killed. Wait for that, briefly.
+        let t0 = Instant::now();
+        while job.as_ref().is_some_and(|j| j.state == "COMPLETING")
+            && t0.elapsed() < COMPLETING_WAIT
+        {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            match self.cluster.job(id).await {
+                Ok(j) => job = j.or(job),
+                Err(_) => break,
+            }
+        }
         let state = job.as_ref().map(|j| j.state.clone());
         let why = match &job {
             Some(j) if j.reason != "None" && !j.reason.is_empty() => {
