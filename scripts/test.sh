@@ -6,6 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/python-env.sh
 
+# tests/tests/slurm.rs runs against a real one-node Slurm (slurm-wlm + munge, installed
+# with apt-get when missing). Those tests are skipped only when it cannot start here.
+echo "== Slurm test cluster"
+if scripts/slurm-test-cluster.sh; then
+    export KERNELD_REQUIRE_SLURM=1
+else
+    echo "(the Slurm tests will be skipped: the test cluster could not start)"
+fi
+
 echo "== cargo build (workspace)"
 cargo build --workspace --locked
 echo "== cargo test (workspace)"
