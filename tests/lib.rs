@@ -6,6 +6,8 @@
 //! the harness worker runs under `KERNELD_PYTHON` (the test script points it at the
 //! virtual environment with torch and triton).
 
+pub mod cluster;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};

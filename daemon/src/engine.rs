@@ -654,9 +654,10 @@ impl Engine {
         // HOOK(slurm): a Slurm slot's worker runs under its job's srun.
         let started = tokio::select! {
             r = async {
-                spec.launcher = self.slurm_launcher(slot, cancel).await.map_err(|e| {
-                    WorkerError::NotReady(std::time::Duration::ZERO, format!("no Slurm job: {e:#}"))
-                })?;
+                spec.launcher = self
+                    .slurm_launcher(slot, cancel)
+                    .await
+                    .map_err(|e| WorkerError::NoPlace(format!("{e:#}")))?;
                 Worker::start(&spec).await
             } => r,
             _ = cancel.cancelled() => return false,

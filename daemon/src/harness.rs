@@ -60,6 +60,9 @@ pub enum WorkerError {
     Died { status: String, stderr: String },
     #[error("the harness worker broke the protocol: {0}")]
     Protocol(String),
+    /// The place the worker runs could not be had (a Slurm slot's job, see `launcher`).
+    #[error("no place to start the harness worker: {0}")]
+    NoPlace(String),
 }
 
 /// A running worker. Dropping it kills its process group.

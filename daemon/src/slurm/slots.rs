@@ -125,9 +125,24 @@ impl SlurmSlots {
         let ours = match self.cluster.our_jobs().await {
             Ok(j) => j,
             Err(e) => {
-                // Without squeue nothing can be decided: the log keeps them as held, and
-                // the next restart (or `scancel --name`) settles them.
-                tracing::error!("Slurm: cannot list our jobs at start ({e}); jobs {:?} are left as the log says", held.iter().map(|h| h.job).collect::<Vec<_>>());
+                // Nothing can be decided without squeue: the slots keep the jobs the log
+                // says they hold (state unknown), so none gets a second one; the tick's
+                // poll settles them once squeue answers.
+                tracing::error!("Slurm: cannot list our jobs at start ({e}); keeping the log's");
+                let mut st = self.slots.lock().unwrap();
+                for h in held {
+                    if let Some(s) = slot_index(&h.slot).and_then(|i| st.get_mut(i)) {
+                        s.job = Some(JobInfo {
+                            id: h.job,
+                            name: h.name,
+                            state: "UNKNOWN".into(),
+                            node: h.node,
+                            time_left_s: None,
+                            reason: String::new(),
+                        });
+                        s.idle_since = Some(Instant::now());
+                    }
+                }
                 return Ok(());
             }
         };
