@@ -201,3 +201,110 @@ pub fn slurm_job_of(evs: &[Event], slot: &str) -> u64 {
         })
         .expect("a running job for the slot")
 }
+
+/// A daemon on one Slurm slot whose goal (2 iterations of the hold seed) has its first
+/// evaluation in flight on `slurm-0`, held there until `complete`.
+pub struct Held {
+    pub dir: TempDir,
+    pub config: PathBuf,
+    daemon: Option<Daemon>,
+    pub cluster: Cluster,
+    pub rt: tokio::runtime::Runtime,
+    hold: PathBuf,
+    pub goal: String,
+    /// The held evaluation's `evaluation_started`.
+    pub started: Event,
+    /// The job it runs in.
+    pub job: u64,
+}
+
+impl Held {
+    pub fn new(tag: &str, iterations: u64, slurm_extra: &str) -> Held {
+        let dir = TempDir::new(tag);
+        let config = slurm_config(dir.path(), 1, slurm_extra);
+        let d = start(dir.path(), &config);
+        let cluster = test_cluster(&d.state_dir, 1);
+        let hold = dir.path().join("hold");
+        std::fs::write(&hold, "").unwrap();
+        let goal = enqueue(&d, &hold_goal(dir.path(), tag, &hold, iterations, ""));
+        let started = wait_event(
+            &d,
+            Duration::from_secs(240),
+            "evaluation start",
+            |e| matches!(&e.kind, EventKind::EvaluationStarted { device, .. } if device == "slurm-0"),
+        );
+        let job = slurm_job_of(&d.events(0), "slurm-0");
+        Held {
+            dir,
+            config,
+            daemon: Some(d),
+            cluster,
+            rt: runtime(),
+            hold,
+            goal,
+            started,
+            job,
+        }
+    }
+
+    pub fn d(&self) -> &Daemon {
+        self.daemon.as_ref().expect("a daemon is running")
+    }
+
+    /// Takes the daemon out (to stop or kill it); `restart` starts the next one.
+    pub fn take(&mut self) -> Daemon {
+        self.daemon.take().expect("a daemon is running")
+    }
+
+    pub fn restart(&mut self) {
+        assert!(self.daemon.is_none(), "stop or kill the daemon first");
+        self.daemon = Some(start(self.dir.path(), &self.config));
+    }
+
+    pub fn alive(&self) -> Vec<u64> {
+        alive(&self.cluster, &self.rt)
+    }
+
+    /// The first abort after the held evaluation started: the event, its iteration and
+    /// reason, which names the job.
+    pub fn abort(&self, limit: Duration, what: &str) -> (Event, u64, String) {
+        let after = self.started.seq;
+        let e = wait_event(self.d(), limit, what, |e| {
+            e.seq > after && matches!(e.kind, EventKind::EvaluationAborted { .. })
+        });
+        let EventKind::EvaluationAborted {
+            iteration, reason, ..
+        } = &e.kind
+        else {
+            unreachable!()
+        };
+        let (iteration, reason) = (*iteration, reason.clone());
+        assert!(
+            reason.contains(&format!("Slurm job {}", self.job)),
+            "{reason}"
+        );
+        (e, iteration, reason)
+    }
+
+    /// Whether the log ended the held job with a state starting with `state`.
+    pub fn job_ended_as(&self, evs: &[Event], state: &str) -> bool {
+        evs.iter().any(|e| {
+            matches!(&e.kind, EventKind::SlurmJobEnded { job, state: Some(s), .. }
+                if *job == self.job && s.starts_with(state))
+        })
+    }
+
+    /// Lets the evaluations go and waits for the goal to complete; checks that the log
+    /// has no gap and that no job is left, stops the daemon, and returns the log.
+    pub fn complete(mut self) -> Vec<Event> {
+        let _ = std::fs::remove_file(&self.hold);
+        let d = self.take();
+        let g = d.wait_terminal(&self.goal, Duration::from_secs(600));
+        assert_eq!(g.state, crate::GoalState::Completed, "{g:?}");
+        let evs = d.events(0);
+        assert_dense(&evs);
+        assert_no_job_left(&d, &self.cluster, &self.rt);
+        assert!(d.stop().success());
+        evs
+    }
+}

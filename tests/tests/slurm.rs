@@ -190,39 +190,19 @@ fn local_and_slurm_slots_serve_the_same_goal() {
 #[test]
 fn a_clean_stop_cancels_the_jobs() {
     let Some(_guard) = cluster() else { return };
-    let dir = TempDir::new("slurm-stop");
-    let config = slurm_config(dir.path(), 1, "");
-    let d = start(dir.path(), &config);
-    let c = test_cluster(&d.state_dir, 1);
-    let rt = runtime();
-    let hold = dir.path().join("hold");
-    std::fs::write(&hold, "").unwrap();
-    let id = enqueue(&d, &hold_goal(dir.path(), "stop", &hold, 1, ""));
-    wait_event(
-        &d,
-        Duration::from_secs(240),
-        "evaluation start",
-        |e| matches!(&e.kind, EventKind::EvaluationStarted { device, .. } if device == "slurm-0"),
-    );
-    let job = slurm_job_of(&d.events(0), "slurm-0");
+    let mut h = Held::new("slurm-stop", 1, "");
     let t0 = Instant::now();
-    assert!(d.stop().success());
+    assert!(h.take().stop().success());
     assert!(t0.elapsed() < Duration::from_secs(30));
     // Cancelled at the stop; Slurm tears it down (COMPLETING) within KillWait.
     let gone = (0..100).any(|_| {
         std::thread::sleep(Duration::from_millis(200));
-        alive(&c, &rt).is_empty()
+        h.alive().is_empty()
     });
-    assert!(gone, "job {job} outlived a clean stop: {:?}", alive(&c, &rt));
-
-    let d = start(dir.path(), &config);
-    let evs = d.events(0);
-    assert!(evs.iter().any(|e| matches!(&e.kind,
+    assert!(gone, "job {} outlived a clean stop: {:?}", h.job, h.alive());
+    h.restart();
+    let job = h.job;
+    assert!(h.d().events(0).iter().any(|e| matches!(&e.kind,
         EventKind::SlurmJobEnded { job: j, reason, .. } if *j == job && reason.contains("stopped"))));
-    std::fs::remove_file(&hold).unwrap();
-    let g = d.wait_terminal(&id, Duration::from_secs(600));
-    assert_eq!(g.state, GoalState::Completed, "{g:?}");
-    assert_dense(&d.events(0));
-    assert_no_job_left(&d, &c, &rt);
-    assert!(d.stop().success());
+    h.complete();
 }
