@@ -15,8 +15,10 @@
 //! one whose id never reached the log (killed between salloc and the commit), and two
 //! daemons on one cluster never take each other's.
 //!
-//! A job that kerneld stops using is always `scancel`led first: a requeued job keeps its
-//! id and would otherwise come back as an orphan holding a GPU.
+//! An allocation is not a batch job, so Slurm never requeues it (`scontrol requeue`
+//! refuses, and preemption in REQUEUE mode cancels it): a job Slurm takes ends, and the
+//! slot asks for a new one. Still, a job that kerneld stops using is always `scancel`led
+//! first, so that nothing of ours can come back holding a GPU.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

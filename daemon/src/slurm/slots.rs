@@ -41,6 +41,8 @@ struct SlotJob {
     /// Why the slot's last job ended, when the tick noticed it first (its lease's
     /// evaluation then reads it when its worker dies).
     lost: Option<String>,
+    /// A job asked for and not granted yet (shown by `kernelctl gpus` as PENDING).
+    pending: Option<u64>,
 }
 
 pub struct SlurmSlots {
@@ -228,6 +230,7 @@ impl SlurmSlots {
         }
         let req = self.cluster.request(i).await?;
         let id = req.id;
+        self.slots.lock().unwrap()[i].pending = Some(id);
         let name = self.cluster.job_name(i);
         log.commit(vec![NewEvent::daemon(EventKind::SlurmJobSubmitted {
             slot: slot_name(i),
@@ -244,6 +247,7 @@ impl SlurmSlots {
                 stderr: "the lease that asked for it ended before Slurm granted it".into(),
             }),
         };
+        self.slots.lock().unwrap()[i].pending = None;
         match granted {
             Ok(job) => {
                 log.commit(vec![started(i, &job, false)]).await?;
@@ -413,11 +417,21 @@ impl SlurmSlots {
     /// What `kernelctl gpus` shows for slot `i`.
     pub fn status(&self, i: usize) -> Option<SlurmJobStatus> {
         let st = self.slots.lock().unwrap();
-        st.get(i)?.job.as_ref().map(|j| SlurmJobStatus {
-            job: j.id,
-            node: j.node.clone(),
-            state: j.state.clone(),
-            time_left_s: j.time_left_s,
-        })
+        let s = st.get(i)?;
+        match (&s.job, s.pending) {
+            (Some(j), _) => Some(SlurmJobStatus {
+                job: j.id,
+                node: j.node.clone(),
+                state: j.state.clone(),
+                time_left_s: j.time_left_s,
+            }),
+            (None, Some(id)) => Some(SlurmJobStatus {
+                job: id,
+                node: None,
+                state: "PENDING".into(),
+                time_left_s: None,
+            }),
+            (None, None) => None,
+        }
     }
 }
