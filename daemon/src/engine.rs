@@ -651,16 +651,18 @@ impl Engine {
             return true;
         }
         let mut spec = self.worker_spec(slot);
-        // HOOK(slurm): a Slurm slot's worker runs under its job's srun.
-        let started = tokio::select! {
-            r = async {
-                spec.launcher = self
-                    .slurm_launcher(slot, cancel)
-                    .await
-                    .map_err(|e| WorkerError::NoPlace(format!("{e:#}")))?;
-                Worker::start(&spec).await
-            } => r,
-            _ = cancel.cancelled() => return false,
+        // HOOK(slurm): a Slurm slot's worker runs under its job's srun. Not raced against
+        // `cancel`: it watches it itself, and must record (and scancel) a job it asked for.
+        let started = match self.slurm_launcher(slot, cancel).await {
+            _ if cancel.is_cancelled() => return false,
+            Ok(launcher) => {
+                spec.launcher = launcher;
+                tokio::select! {
+                    r = Worker::start(&spec) => r,
+                    _ = cancel.cancelled() => return false,
+                }
+            }
+            Err(e) => Err(WorkerError::NoPlace(format!("{e:#}"))),
         };
         match started {
             Ok(w) => {

@@ -5,6 +5,7 @@
 //! the daemon) are in slurm_faults.rs. Skipped, with the reason printed, only when Slurm
 //! cannot be installed (scripts/test.sh sets KERNELD_REQUIRE_SLURM when it could).
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kerneld::wire::{self, EventKind, GoalState};
@@ -205,4 +206,78 @@ fn a_clean_stop_cancels_the_jobs() {
     assert!(h.d().events(0).iter().any(|e| matches!(&e.kind,
         EventKind::SlurmJobEnded { job: j, reason, .. } if *j == job && reason.contains("stopped"))));
     h.complete();
+}
+
+/// A full cluster: the job waits PENDING, already in the log and in `kernelctl gpus`;
+/// cancelling the goal that needed it cancels it.
+#[test]
+fn a_pending_job_is_logged_and_cancelled_once_not_needed() {
+    let Some(_guard) = cluster() else { return };
+    // Something else holds every CPU of the node.
+    let hog = Command::new("salloc")
+        .args([
+            "--no-shell",
+            "-p",
+            "kerneld",
+            "-J",
+            "not-kerneld-hog",
+            "--cpus-per-task=2",
+            "--time=5",
+        ])
+        .output()
+        .unwrap();
+    assert!(hog.status.success(), "{hog:?}");
+    let hog_id: String = String::from_utf8_lossy(&hog.stderr)
+        .split("job allocation ")
+        .nth(1)
+        .unwrap()
+        .trim()
+        .to_string();
+    struct Cancel(String);
+    impl Drop for Cancel {
+        fn drop(&mut self) {
+            let _ = Command::new("scancel").arg(&self.0).output();
+        }
+    }
+    let _hog = Cancel(hog_id);
+
+    let dir = TempDir::new("slurm-pending");
+    let config = slurm_config(dir.path(), 1, "");
+    let d = start(dir.path(), &config);
+    let c = test_cluster(&d.state_dir, 1);
+    let rt = runtime();
+    let id = enqueue(&d, &demo_goal(dir.path(), "pending", 2, ""));
+    let sub = wait_event(&d, Duration::from_secs(60), "submission", |e| {
+        matches!(e.kind, EventKind::SlurmJobSubmitted { .. })
+    });
+    let EventKind::SlurmJobSubmitted { job, .. } = sub.kind else {
+        unreachable!()
+    };
+    let shown = d.wait_until(Duration::from_secs(30), |d| {
+        let v = d.call(wire::method::GPUS, json!({}));
+        v["devices"][0]["slurm"] == json!({"job": job, "state": "PENDING"})
+    });
+    assert!(shown, "{}", d.call(wire::method::GPUS, json!({})));
+    assert_eq!(alive(&c, &rt), vec![job]);
+
+    let out = kernelctl(&d.socket, &["cancel", &id]);
+    assert!(out.status.success(), "{out:?}");
+    let ended = wait_event(
+        &d,
+        Duration::from_secs(60),
+        "the job's end",
+        |e| matches!(&e.kind, EventKind::SlurmJobEnded { job: j, .. } if *j == job),
+    );
+    assert!(!d
+        .events(0)
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::SlurmJobStarted { .. })));
+    assert!(ended.seq > sub.seq);
+    assert!(
+        d.wait_until(Duration::from_secs(30), |_| alive(&c, &rt).is_empty()),
+        "{:?}",
+        alive(&c, &rt)
+    );
+    assert_dense(&d.events(0));
+    assert!(d.stop().success());
 }
