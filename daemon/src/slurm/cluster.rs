@@ -188,11 +188,18 @@ impl Cluster {
             .ok()
     }
 
+    /// Slurm's `name` command: in `bin_dir`, else the first on the daemon's PATH, as an
+    /// absolute path (a worker's environment may be cleared; srun must still be found).
     fn program(&self, name: &str) -> PathBuf {
-        match &self.cfg.bin_dir {
-            Some(d) => d.join(name),
-            None => PathBuf::from(name),
+        if let Some(d) = &self.cfg.bin_dir {
+            return d.join(name);
         }
+        std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| PathBuf::from(name))
     }
 
     /// Runs a short Slurm command and returns its stdout.
