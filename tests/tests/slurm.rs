@@ -80,7 +80,12 @@ fn a_worker_runs_as_a_job_step_and_dies_with_its_job() {
         // Cancelling again is not an error (a job kerneld lets go of is always cancelled).
         c.cancel(id).await.unwrap();
     });
-    assert!(alive(&c, &rt).is_empty());
+    // Gone once Slurm finished tearing it down (COMPLETING).
+    let gone = (0..150).any(|_| {
+        std::thread::sleep(Duration::from_millis(200));
+        alive(&c, &rt).is_empty()
+    });
+    assert!(gone, "{:?}", alive(&c, &rt));
 }
 
 #[test]
