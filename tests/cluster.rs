@@ -81,6 +81,19 @@ pub fn alive(c: &Cluster, rt: &tokio::runtime::Runtime) -> Vec<u64> {
         .collect()
 }
 
+/// Whether none of the cluster's jobs is alive within `limit` (a cancelled job stays
+/// COMPLETING until Slurm has killed its steps).
+pub fn no_job_within(c: &Cluster, rt: &tokio::runtime::Runtime, limit: Duration) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if alive(c, rt).is_empty() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    alive(c, rt).is_empty()
+}
+
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -146,7 +159,7 @@ pub fn slurm_events(evs: &[Event]) -> Vec<&Event> {
 
 /// Every job the log started also ended in the log, and Slurm holds none of ours.
 pub fn assert_no_job_left(d: &Daemon, c: &Cluster, rt: &tokio::runtime::Runtime) {
-    let ok = d.wait_until(Duration::from_secs(60), |_| alive(c, rt).is_empty());
+    let ok = no_job_within(c, rt, Duration::from_secs(60));
     assert!(
         ok,
         "jobs left behind: {:?}; log:\n{}",

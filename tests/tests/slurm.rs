@@ -81,11 +81,11 @@ fn a_worker_runs_as_a_job_step_and_dies_with_its_job() {
         c.cancel(id).await.unwrap();
     });
     // Gone once Slurm finished tearing it down (COMPLETING).
-    let gone = (0..150).any(|_| {
-        std::thread::sleep(Duration::from_millis(200));
-        alive(&c, &rt).is_empty()
-    });
-    assert!(gone, "{:?}", alive(&c, &rt));
+    assert!(
+        no_job_within(&c, &rt, Duration::from_secs(30)),
+        "{:?}",
+        alive(&c, &rt)
+    );
 }
 
 #[test]
@@ -209,10 +209,7 @@ fn a_clean_stop_cancels_the_jobs() {
     assert!(h.take().stop().success());
     assert!(t0.elapsed() < Duration::from_secs(30));
     // Cancelled at the stop; Slurm tears it down (COMPLETING) within KillWait.
-    let gone = (0..100).any(|_| {
-        std::thread::sleep(Duration::from_millis(200));
-        h.alive().is_empty()
-    });
+    let gone = no_job_within(&h.cluster, &h.rt, Duration::from_secs(20));
     assert!(gone, "job {} outlived a clean stop: {:?}", h.job, h.alive());
     h.restart();
     let job = h.job;
@@ -287,7 +284,7 @@ fn a_pending_job_is_logged_and_cancelled_once_not_needed() {
         .any(|e| matches!(e.kind, EventKind::SlurmJobStarted { .. })));
     assert!(ended.seq > sub.seq);
     assert!(
-        d.wait_until(Duration::from_secs(30), |_| alive(&c, &rt).is_empty()),
+        no_job_within(&c, &rt, Duration::from_secs(30)),
         "{:?}",
         alive(&c, &rt)
     );
