@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Runs every test: the Rust workspace (unit tests and the end-to-end tests that start
-# the real kerneld and kernelctl binaries), then the Python harness and task tests
+# Runs every test: the Rust checks (scripts/lint.sh: fmt, clippy, rust-version), the
+# Rust workspace (unit tests and the end-to-end tests that start the real kerneld and
+# kernelctl binaries), then the Python harness and task tests
 # under Triton's interpreter (CPU). Installs what it needs on a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/python-env.sh
 
-# tests/tests/slurm.rs runs against a real one-node Slurm (slurm-wlm + munge, installed
+scripts/lint.sh
+
+# tests/tests/slurm*.rs run against a real one-node Slurm (slurm-wlm + munge, installed
 # with apt-get when missing). Those tests are skipped only when it cannot start here.
 echo "== Slurm test cluster"
 if scripts/slurm-test-cluster.sh; then
@@ -14,7 +17,6 @@ if scripts/slurm-test-cluster.sh; then
 else
     echo "(the Slurm tests will be skipped: the test cluster could not start)"
 fi
-
 echo "== cargo build (workspace)"
 cargo build --workspace --locked
 echo "== cargo test (workspace)"

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use nix::sys::signal::{killpg, Signal};
@@ -77,7 +77,6 @@ pub struct Worker {
     interruptible: bool,
     /// The worker's ready line (versions, device).
     pub ready: Value,
-    pub started: Instant,
 }
 
 impl Worker {
@@ -166,7 +165,6 @@ impl Worker {
             next_id: 1,
             interruptible: spec.launcher.is_empty(),
             ready: Value::Null,
-            started: Instant::now(),
         };
         let ready = match tokio::time::timeout(spec.start_timeout, worker.read_line()).await {
             Ok(Ok(v)) => v,

@@ -91,7 +91,7 @@ fn build_config(cli: &Cli) -> Result<Config, String> {
 
 /// systemd's watchdog and STATUS= line, fed by the scheduler's tick: a daemon whose
 /// scheduler is stuck stops pinging and is restarted (WatchdogSec in the unit).
-fn systemd_tick() -> kerneld::engine::TickFn {
+fn systemd_tick() -> kerneld::TickFn {
     let mut usec = 0u64;
     let watchdog = sd_notify::watchdog_enabled(false, &mut usec) && usec > 0;
     let last_status = std::sync::Mutex::new(String::new());

@@ -5,7 +5,9 @@
 //! the daemon) are in slurm_faults.rs. Skipped, with the reason printed, only when Slurm
 //! cannot be installed (scripts/test.sh sets KERNELD_REQUIRE_SLURM when it could).
 
-use std::process::Command;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use kerneld::wire::{self, EventKind, GoalState};
@@ -13,73 +15,77 @@ use kerneld_e2e::cluster::*;
 use kerneld_e2e::*;
 use serde_json::json;
 
-/// The module on its own: allocate, run the real harness worker as a step (stdio = the
-/// worker protocol), lose the job to `scancel`, and see the worker's end.
+/// The module on its own: allocate, run the real harness worker as a job step with
+/// `srun_prefix` (its stdio is the worker protocol), lose the job to `scancel`, and see
+/// the worker's pipe close.
 #[test]
 fn a_worker_runs_as_a_job_step_and_dies_with_its_job() {
     let Some(_guard) = cluster() else { return };
     let dir = TempDir::new("slurm-mod");
     let c = test_cluster(dir.path(), 1);
     let rt = runtime();
-    rt.block_on(async {
+    let job = rt.block_on(async {
         let req = c.request(0).await.expect("salloc names a job");
         let id = req.id;
         let job = c.granted(req).await.expect("granted");
         assert_eq!(job.id, id);
-        assert!(job.node.is_some(), "{job:?}");
-        assert_eq!(c.slot_of(&job.name), Some(0));
-        let spec = kerneld::harness::WorkerSpec {
-            python: python(),
-            script: repo_root().join("kernels/harness/worker.py"),
-            gpu_uuid: None,
-            max_files: 4096,
-            max_address_space: 0,
-            start_timeout: Duration::from_secs(180),
-            launcher: c.srun_prefix(id),
-        };
-        let mut w = kerneld::harness::Worker::start(&spec)
-            .await
-            .expect("the worker starts under srun and says ready");
-        let pong = w
-            .call(json!({"op": "ping"}), Duration::from_secs(30))
-            .await
-            .expect("ping over srun's stdio");
-        assert_eq!(pong["ok"], json!(true), "{pong}");
-        assert!(
-            !w.interrupt(Duration::from_millis(10)).await,
-            "srun does not forward SIGINT"
-        );
-
-        c.cancel(id).await.unwrap();
-        let t0 = Instant::now();
-        loop {
-            let j = c.job(id).await.unwrap();
-            if j.as_ref().is_none_or(|j| !j.is_running()) {
-                break;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "job {id} still {j:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        // The step goes with the job (SIGTERM, then SIGKILL after KillWait): the worker's
-        // pipe closes.
-        let t0 = Instant::now();
-        loop {
-            let r = w.call(json!({"op": "ping"}), Duration::from_secs(30)).await;
-            match r {
-                Err(kerneld::harness::WorkerError::Died { .. }) => break,
-                other => assert!(
-                    t0.elapsed() < Duration::from_secs(30),
-                    "a cancelled job's worker still answers: {other:?}"
-                ),
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        // Cancelling again is not an error (a job kerneld lets go of is always cancelled).
-        c.cancel(id).await.unwrap();
+        job
     });
+    assert!(job.node.is_some(), "{job:?}");
+    assert_eq!(c.slot_of(&job.name), Some(0));
+
+    let prefix = c.srun_prefix(job.id);
+    let mut child = Command::new(&prefix[0])
+        .args(&prefix[1..])
+        .arg(python())
+        .arg("-u")
+        .arg(repo_root().join("kernels/harness/worker.py"))
+        .env("TRITON_INTERPRET", "1")
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let lines = {
+        let (tx, rx) = mpsc::channel();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in out.lines() {
+                let _ = tx.send(line.unwrap_or_default());
+            }
+        });
+        rx
+    };
+    let ready: serde_json::Value =
+        serde_json::from_str(&lines.recv_timeout(Duration::from_secs(180)).unwrap()).unwrap();
+    assert_eq!(ready["event"], json!("ready"), "{ready}");
+    writeln!(stdin, "{}", json!({"op": "ping", "id": 1})).unwrap();
+    let pong: serde_json::Value =
+        serde_json::from_str(&lines.recv_timeout(Duration::from_secs(30)).unwrap()).unwrap();
+    assert_eq!(
+        (pong["id"].clone(), pong["ok"].clone()),
+        (json!(1), json!(true)),
+        "{pong}"
+    );
+
+    rt.block_on(c.cancel(job.id)).unwrap();
+    // The step goes with the job (SIGTERM, then SIGKILL after KillWait): stdout closes.
+    let t0 = Instant::now();
+    loop {
+        match lines.recv_timeout(Duration::from_secs(30)) {
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!("the worker outlived its job"),
+            Ok(_) => assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "the worker outlived its job"
+            ),
+        }
+    }
+    let _ = child.wait();
+    // Cancelling again is not an error (a job kerneld lets go of is always cancelled).
+    rt.block_on(c.cancel(job.id)).unwrap();
     // Gone once Slurm finished tearing it down (COMPLETING).
     assert!(
         no_job_within(&c, &rt, Duration::from_secs(30)),
