@@ -29,7 +29,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 import task  # noqa: E402
-from tune import env_info, load_seed, rel_err  # noqa: E402
+from tune import check_outputs, env_info, load_seed  # noqa: E402
 
 VARIANTS = [{"MAXNREG": 168}, {"BK": 16, "MAXNREG": 168}, {"BK": 16}, {"PREP_WARPS": 8},
             {"PREP_WARPS": 8, "BK": 64}, {"AP_DOT": "lowp"}, {"PREP_STAGES": 2}, {"BV": 16},
@@ -75,13 +75,7 @@ def main():
                 for n, (s, d) in task.output_spec(shape, inp).items()}
 
     def check(out, ref):
-        res, ok = {}, True
-        for n in ("o", "final_state"):
-            r, m = rel_err(out[n], ref[n])
-            res[f"rel_{n}"], res[f"max_{n}"] = r, m
-            ok &= r < tol["rel_rmse"] and m < tol["max_abs"]
-        res["correct"] = bool(ok)
-        return res
+        return check_outputs(out, ref, tol)
 
     def bench(fn):
         if cpu:

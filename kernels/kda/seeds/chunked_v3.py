@@ -11,29 +11,40 @@ inclusive cumsum of g, G <= 0, decreasing down the chunk; scale = 1/sqrt(K)):
   scan over chunks, S the state at the chunk's start (v1's `_kda_scan`, unchanged):
     U = U~ - W S ;  O = Q^ S + P U ;  S <- gamma * S + K^^T U
 
+Measured (H200, bench.py, run 5; README): 449.7 / 765.3 / 1489.8 / 1487.0 us at b1_t8192_h16 /
+b1_t8192_h32 / b8_t4096_h16 / b2_t16384_h16, 1.29-1.33x FLA's CUDA-graph time; at b1_t8192_h16
+the preparation takes 306 us and the scan 136 (BV = 16).
+
 Why v1 / v2 were slow (589 / ~630 us of prep at b1_t8192_h16, 2048 chunks): ~73-80 k warp
 instructions per chunk, most of them per-sub-block bookkeeping (16-row dots with layout
 conversions, row extractions, a block forward substitution through L2 scratch), at 8-16 resident
-warps per SM. v3 keeps every matrix operation at M = 64 (wgmma) and pays for it in tensor FLOPs,
-which are nearly free here (~4 M FMA per chunk against ~2 k FMA/clk per SM):
+warps per SM. v3 (~33 k) keeps every matrix operation at M = 64 (wgmma) and pays for it in tensor
+FLOPs, which are nearly free here (~4 M FMA per chunk against ~2 k FMA/clk per SM):
 
+  * Tiles [NB, BC, BK]: in-block prefix sums (16 rows) plus p_r = G just before block r, a masked
+    sum of the earlier blocks' totals, a [BK] vector per block (no row extractions). Gates in
+    log2 units: every exp is one ex2.approx.ftz (tl.exp2).
   * A and P in one accumulator each: for every row block r, the masked row tile
-    X_r = [rows of block r] (k or q) * exp(G - G_r0) times the column tile
-    Y_r = k * exp(G_r0 - G) restricted to columns j < r0 + BC (masked to -inf BEFORE exp), so
-    A += X_r Y_r^T over r = 0..NB-1 and K slices (4x the useful dot FLOPs, no extraction).
-  * G_r0 (G at block r's first row) by a one-hot row sum (exact: one nonzero term).
+    X_r = [rows of block r] (k or q) * exp(G - p_r) times the column tile Y_r = k * exp(p_r - G)
+    over columns j < (r+1) BC, so A += X_r Y_r^T over r and K slices (4x the useful dot FLOPs, no
+    extraction). Y_r is built from two shared tiles, exp(p_s - G) for j in block r = s and
+    exp(G_end(s) - G) * exp(p_r - G_end(s)) for j in an earlier block s (a [BK] factor per (r, s)).
   * (I + A)^-1 by blocked doubling on tensor cores: T_1 = I; T_2b = T_b - T_b (A_b T_b), with A_b
     the part of A coupling odd b-blocks to the even b-block before them inside each 2b-block
-    (b = 1, 2, ..., C/2): this is exact block forward substitution, 2 C x C dots per level.
-  * W and U~ as C x C by C x 64 dots of the bf16 Tm (beta exp(G) K parked in W's buffer).
+    (b = 1, 2, ..., C/2): this is exact block forward substitution, 2 C x C dots per level
+    (INV_ALGO = "neumann": the product form, a shorter chain, not measured).
+  * W and U~ as C x C by C x 64 dots of the bf16 Tm (beta exp(G) K parked in W's buffer); with
+    INV = "split" the inverse and W / U~ run in a second launch (measured slower).
 
 Numerics (per-step g >= -5 as the task's gates; fp32 and bf16 hold e^{+-88}):
-  exp(G_i - G_j) = exp(G_i - G_r0) * exp(G_r0 - G_j) with r0 the first row of i's block: the row
-  factor is <= 1; the column factor is <= 1 for j < r0 and <= e^{(BC-1)*5} = e^75 inside the block
-  (safe for g >= -5.8); columns after the block are masked before exp, later rows of other blocks
-  are zero rows. Every G_i is a prefix sum of rows <= i and G_r0 is a row <= i: no gate after row i
-  reaches row i (causality bit-exact). In CPU mode (fp16 inputs: no bf16 in the interpreter),
-  "lowp" A / P operands are fp32, since fp16 cannot hold e^75.
+  exp(G_i - G_j) = exp(G_i - p_r) * exp(p_r - G_j), p_r = G before i's block r: the row factor is
+  <= 1; the column factor is a product of factors <= 1 for j before block r (an underflow only
+  drops a term below 2^-126) and <= e^{BC*5} = e^80 inside the block (safe for g >= -5.5);
+  later blocks are zero columns, later rows of block r are masked after the dot. Every G_i is a
+  prefix sum of rows <= i and p_r a sum of rows < r0: no gate after row i reaches row i
+  (causality bit-exact; an earlier p_r = cumsum(totals) - total added block r's later rows and
+  subtracted them again, and the GPU check caught the rounding, run 5). In CPU mode (fp16
+  inputs: no bf16 in the interpreter), "lowp" A / P operands are fp32: fp16 cannot hold e^80.
 """
 import torch
 import triton
@@ -41,7 +52,7 @@ import triton.language as tl
 
 SPACE = {
     "C": [64],                   # chunk length (tokens per scan step)
-    "BC": [16],                  # sub-block of the exp split (e^{(BC-1) * 5} must fit fp32)
+    "BC": [16],                  # sub-block of the exp split (e^{BC * 5} must fit fp32 and bf16)
     "BK": [32, 16, 64],          # K slice of the A / P pass
     "PREP_WARPS": [4, 8],
     "MAXNREG": [0, 168],         # ptxas register cap of the preparation (168: 3 programs of 4 warps/SM)
@@ -50,7 +61,9 @@ SPACE = {
     "AP_DOT": ["tf32", "lowp"],  # A / P dot operands: fp32 via tf32, or bf16 (fp32 in CPU mode)
     "INV": ["fused", "split"],   # (I + A)^-1 and W / U~ in the A / P program, or in a second launch
     "INV_WARPS": [4, 8],         # warps of that second launch
-    "INV_DOT": ["tf32", "tf32x3"],  # precision of the doubling dots of (I + A)^-1
+    "INV_DOT": ["tf32", "tf32x3"],
+    "INV_ALGO": ["doubling", "neumann"],  # blocked doubling (exact forward substitution), or the
+                                 # Neumann product (shorter dependent chain; not measured yet)  # precision of the doubling dots of (I + A)^-1
     "BV": ["auto", 32, 16, 64],  # scan: V tile of the state per program (B*H*V/BV programs);
                                  # auto: 16 while B*H*V/16 <= 132 (H200 SMs), else 32
     "SCAN_WARPS": [4, 8],
@@ -58,6 +71,7 @@ SPACE = {
 }
 BEST = {"C": 64, "BC": 16, "BK": 32, "PREP_WARPS": 4, "MAXNREG": 0, "PREP_STAGES": 1, "BVP": 64,
         "AP_DOT": "tf32", "INV": "fused", "INV_WARPS": 4, "INV_DOT": "tf32",
+        "INV_ALGO": "doubling",
         "BV": "auto", "SCAN_WARPS": 4, "SCAN_STAGES": 3}
 DEFAULT = dict(BEST)
 
@@ -89,7 +103,10 @@ def _ap_slice(qb, kb, gb, q_hat, k_hat, w, gamma, beta_c, rows, valid, blk, k0, 
     beta3 = tl.reshape(beta_c, [NB, BC, 1])
     s_in = tl.cumsum(gs, axis=1)                     # in-block inclusive prefix, <= 0
     tot = tl.sum(gs, axis=1)                         # [NB, BK] block totals
-    p_ex = tl.cumsum(tot, axis=0) - tot              # [NB, BK] G just before each block (<= 0)
+    # [NB, BK] G just before each block: a masked sum of the EARLIER blocks' totals only
+    # (cumsum(tot) - tot would add block r's own later rows and subtract them again: the rounding
+    # leaked gates after row i into row i, caught by the GPU causality check in run 5)
+    p_ex = tl.sum(tl.where(nb[None, :, None] < nb[:, None, None], tot[None, :, :], 0.0), axis=1)
     g_last = tl.sum(tot, axis=0)                     # [BK] G at the chunk's last (valid) row
     p_nx = p_ex + tot                                # [NB, BK] G at each block's last row
     # every exp of the slice from three tiles, each factor <= 1 except e_dg (<= e^{BC * 5}):
@@ -112,7 +129,7 @@ def _ap_slice(qb, kb, gb, q_hat, k_hat, w, gamma, beta_c, rows, valid, blk, k0, 
     qr = qs * e_in
     k_dg = ks * e_dg
     for r in tl.static_range(NB):
-        p_r = tl.sum(tl.where(nb[:, None] < r, tot, 0.0), axis=0)            # [BK] = G before block r
+        p_r = tl.sum(tl.where(nb[:, None] == r, p_ex, 0.0), axis=0)           # [BK] = p_ex[r], exact pick
         f_r = tl.exp2(tl.where(nb[:, None] < r, p_r[None, :] - p_nx, float("-inf")))   # [NB, BK]
         y = tl.where(b3 == r, k_dg, k_rv * f_r[:, None, :])
         y_t = tl.trans(tl.reshape(y.to(AP_DT), [C, BK]))                     # [BK, C]
@@ -130,7 +147,7 @@ def _kda_prep_v3(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr
                  K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr,
                  BK: tl.constexpr, BVP: tl.constexpr, AP_DT: tl.constexpr,
                  INV_DOT: tl.constexpr, UNROLL: tl.constexpr, STAGES: tl.constexpr,
-                 SPLIT: tl.constexpr):
+                 SPLIT: tl.constexpr, INV_ALGO: tl.constexpr):
     c = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -168,13 +185,13 @@ def _kda_prep_v3(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr
         tl.store(a_scr + crow0 * C + ri * C + cj, a_mat)
     else:
         tl.debug_barrier()                           # the parked rows were written by other threads
-        _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT)
+        _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT, INV_ALGO)
 
 
 @triton.jit
 def _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H,
             K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BVP: tl.constexpr,
-            INV_DOT: tl.constexpr):
+            INV_DOT: tl.constexpr, INV_ALGO: tl.constexpr):
     """Tm = (I + A)^-1, then W = Tm (beta e^G K) (parked in W's buffer) and U~ = Tm (beta V)."""
     LEVELS: tl.constexpr = 6 if C == 64 else (5 if C == 32 else 4)   # log2(C)
     out_dt = w.dtype.element_ty
@@ -183,16 +200,27 @@ def _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H,
     cj = rows[None, :]
     # blocked doubling: T_2b = T_b - T_b A_b T_b, A_b coupling each odd b-block to the even one
     # before it inside a 2b-block (exact block forward substitution; T_1 = I)
-    t_mat = (ri == cj).to(tl.float32)
-    for lvl in tl.static_range(0, LEVELS):
-        bsz = 1 << lvl
-        couple = ((ri // (2 * bsz)) == (cj // (2 * bsz))) & ((ri // bsz) % 2 == 1) & ((cj // bsz) % 2 == 0)
-        a_b = tl.where(couple, a_mat, 0.0)
-        if lvl == 0:
-            t_mat = t_mat - a_b
-        else:
-            y = tl.dot(a_b, t_mat, input_precision=INV_DOT)
-            t_mat = t_mat - tl.dot(t_mat, y, input_precision=INV_DOT)
+    eye = (ri == cj).to(tl.float32)
+    if INV_ALGO == "neumann":
+        # (I + A)^-1 = prod_k (I + (-A)^(2^k)) (A^C = 0): the same 10 dots, but the squarings and
+        # the products form two independent chains (depth 6 instead of 10); exact in exact
+        # arithmetic, it cancels large terms when |A| is not small (correlated keys): not BEST
+        a_pow = -a_mat
+        t_mat = eye + a_pow
+        for _lvl in tl.static_range(1, LEVELS):
+            a_pow = tl.dot(a_pow, a_pow, input_precision=INV_DOT)
+            t_mat = tl.dot(t_mat, eye + a_pow, input_precision=INV_DOT)
+    else:
+        t_mat = eye
+        for lvl in tl.static_range(0, LEVELS):
+            bsz = 1 << lvl
+            couple = ((ri // (2 * bsz)) == (cj // (2 * bsz))) & ((ri // bsz) % 2 == 1) & ((cj // bsz) % 2 == 0)
+            a_b = tl.where(couple, a_mat, 0.0)
+            if lvl == 0:
+                t_mat = t_mat - a_b
+            else:
+                y = tl.dot(a_b, t_mat, input_precision=INV_DOT)
+                t_mat = t_mat - tl.dot(t_mat, y, input_precision=INV_DOT)
     t_lp = t_mat.to(out_dt)
     for n0 in tl.static_range(0, K, BVP):
         nc = n0 + tl.arange(0, BVP)
@@ -211,7 +239,7 @@ def _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H,
 @triton.jit
 def _kda_inv_wu(v, beta, a_scr, w, u_tilde, T, H, NT,
                 K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BVP: tl.constexpr,
-                INV_DOT: tl.constexpr):
+                INV_DOT: tl.constexpr, INV_ALGO: tl.constexpr):
     """INV = "split": the inverse and W / U~ in their own launch (fewer registers per program)."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
@@ -223,7 +251,7 @@ def _kda_inv_wu(v, beta, a_scr, w, u_tilde, T, H, NT,
     valid = c * C + rows < T
     beta_c = tl.load(beta + tok0 + rows * H, mask=valid, other=0.0).to(tl.float32)
     a_mat = tl.load(a_scr + crow0 * C + rows[:, None] * C + rows[None, :])
-    _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT)
+    _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT, INV_ALGO)
 
 
 @triton.jit
@@ -272,7 +300,7 @@ def prep_args(q, cfg):
     lowp_ok = q.dtype == torch.bfloat16           # fp16 cannot hold the e^80 column factors
     ap = tl.bfloat16 if (cfg["AP_DOT"] == "lowp" and lowp_ok) else tl.float32
     return dict(AP_DT=ap, INV_DOT=cfg["INV_DOT"], UNROLL=cfg["PREP_STAGES"] == 1,
-                STAGES=cfg["PREP_STAGES"])
+                STAGES=cfg["PREP_STAGES"], INV_ALGO=cfg["INV_ALGO"])
 
 
 def prep_launch(cfg):
@@ -318,7 +346,8 @@ def inv_wu(v, beta, buf, cfg):
     NT = triton.cdiv(T, C)
     _kda_inv_wu[(NT, B * H)](
         v, beta, buf["a_scr"], buf["w"], buf["u_tilde"], T, H, NT, K=K, V=V, C=C,
-        BVP=min(cfg["BVP"], K, V), INV_DOT=cfg["INV_DOT"], num_warps=cfg["INV_WARPS"])
+        BVP=min(cfg["BVP"], K, V), INV_DOT=cfg["INV_DOT"], INV_ALGO=cfg["INV_ALGO"],
+        num_warps=cfg["INV_WARPS"])
 
 
 def scan(q, v, h0, buf, out, cfg):

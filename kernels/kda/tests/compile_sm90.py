@@ -131,7 +131,8 @@ def compile_v3(mod, cfg, scan=True):
     rows = [_resources(ck, "v3._kda_prep_v3")]
     if split:
         ck = _compile(mod._kda_inv_wu, ptr, dict(K=K, V=V, C=cfg["C"], BVP=min(cfg["BVP"], V),
-                                                 INV_DOT=cfg["INV_DOT"]), cfg["INV_WARPS"], 1)
+                                                 INV_DOT=cfg["INV_DOT"], INV_ALGO=cfg["INV_ALGO"]),
+                      cfg["INV_WARPS"], 1)
         rows.append(_resources(ck, "v3._kda_inv_wu"))
     if scan:
         bv = 32 if cfg["BV"] == "auto" else cfg["BV"]
@@ -167,7 +168,7 @@ def main():
         v2 = hasattr(mod, "_kda_prep_v2")
         if hasattr(mod, "_kda_prep_v3"):
             rows = compile_v3(mod, cfg)
-            for key in (("BK", "PREP_WARPS", "MAXNREG", "PREP_STAGES", "BVP", "AP_DOT", "INV", "INV_DOT")
+            for key in (("BK", "PREP_WARPS", "MAXNREG", "PREP_STAGES", "BVP", "AP_DOT", "INV", "INV_DOT", "INV_ALGO")
                         if sweep else ()):
                 for val in mod.SPACE[key]:
                     if val != cfg[key]:
