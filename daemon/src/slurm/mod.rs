@@ -9,4 +9,4 @@ mod cluster;
 mod slots;
 
 pub use cluster::*;
-pub use slots::*;
+pub(crate) use slots::*;
