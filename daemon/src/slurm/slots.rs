@@ -86,12 +86,9 @@ impl SlurmSlots {
         }
     }
 
+    #[allow(clippy::len_without_is_empty)] // never empty: max_jobs >= 1
     pub fn len(&self) -> usize {
         self.cluster.cfg.max_jobs as usize
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The engine's devices for the Slurm slots. `gpu`: the worker uses the job's GPU
