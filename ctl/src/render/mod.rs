@@ -14,7 +14,7 @@ pub use crate::term::{
 };
 
 use kerneld_protocol::wire::{
-    BestSummary, GoalState, GoalSummary, GpusResult, Health, ResultClass,
+    BestSummary, GoalState, GoalSummary, GpusResult, Health, ResultClass, SandboxStatus,
 };
 
 // ---------------------------------------------------------------------------
@@ -357,6 +357,43 @@ pub fn gpus(result: &GpusResult, now_ms: u64, paint: Paint) -> String {
         headers.push("SLURM JOB");
     }
     out.push_str(&table(&headers, &rows, paint));
+    if let Some(sb) = &result.sandbox {
+        out.push_str(&sandbox(sb, paint));
+    }
+    out
+}
+
+/// The evaluation sandbox: in force or not, what it restricts, what is missing.
+pub fn sandbox(sb: &SandboxStatus, paint: Paint) -> String {
+    let head = if sb.complete {
+        paint.paint("sandbox: in force", Some(Style::Green))
+    } else if sb.allow_unsandboxed {
+        paint.paint(
+            "sandbox: INCOMPLETE, and allow_unsandboxed = true: code-writing goals run anyway",
+            Some(Style::Red),
+        )
+    } else {
+        paint.paint(
+            "sandbox: INCOMPLETE: goals whose agent writes code are refused",
+            Some(Style::Red),
+        )
+    };
+    let mut out = format!(
+        "{head}
+"
+    );
+    for r in &sb.restricts {
+        out.push_str(&format!(
+            "  {r}
+"
+        ));
+    }
+    for p in &sb.problems {
+        out.push_str(&format!(
+            "  missing: {p}
+"
+        ));
+    }
     out
 }
 
@@ -528,6 +565,7 @@ mod tests {
                 busy_s: 75.0,
                 slurm: None,
             }],
+            sandbox: None,
         };
         let text = gpus(&result, 40_000, Paint::OFF);
         assert!(text.starts_with("mode: gpu\n"));
@@ -566,6 +604,7 @@ mod tests {
         let result = GpusResult {
             mode: "gpu".into(),
             note: None,
+            sandbox: None,
             devices: vec![
                 slot(
                     "slurm-0",

@@ -138,6 +138,8 @@ pub struct Engine {
     /// HOOK(slurm): the Slurm slots (after the local ones, from `first_slurm` on).
     slurm: Option<Arc<crate::slurm::SlurmSlots>>,
     first_slurm: usize,
+    /// The evaluation sandbox as found at start (crate::sandbox).
+    pub(super) sandbox: crate::sandbox::Runtime,
 }
 
 /// What the scheduler calls on each tick, with a one-line status of the daemon.
@@ -200,6 +202,11 @@ impl Engine {
             map.insert(proj.id.clone(), GoalRt::new(proj));
         }
         let (events, _) = broadcast::channel(4096);
+        let sandbox = {
+            let cfg = cfg.clone();
+            tokio::task::spawn_blocking(move || crate::sandbox::Runtime::detect(&cfg)).await?
+        };
+        sandbox.log();
         let engine = Arc::new(Engine {
             cfg: std::sync::RwLock::new(cfg),
             store,
@@ -215,6 +222,7 @@ impl Engine {
             started: Instant::now(),
             slurm,
             first_slurm,
+            sandbox,
         });
         let mode = engine.devices.mode().to_string();
         // The log's last event is the last moment this daemon is known to have been alive
@@ -296,7 +304,8 @@ impl Engine {
             worker_max_address_space_cpu,
             admin_group,
             llm_keys,
-            max_attempts
+            max_attempts,
+            command_env
         );
         macro_rules! restart_only {
             ($($field:ident),*) => {$(
@@ -305,7 +314,7 @@ impl Engine {
                 }
             )*};
         }
-        restart_only!(state_dir, socket, gpu_allow, force_cpu, spool_dir, slurm);
+        restart_only!(state_dir, socket, gpu_allow, force_cpu, spool_dir, slurm, sandbox);
         changed
     }
 

@@ -104,6 +104,8 @@ impl SlurmSlots {
                 compute_capability: None,
                 memory_total_mib: None,
                 is_gpu: gpu,
+                // Which GPU of the node Slurm gives is known only there.
+                minor: None,
             })
             .collect()
     }
