@@ -431,7 +431,10 @@ pub fn write_public(path: &Path, contents: &str) {
 
 /// Runs a command to its end, or kills it after `limit` (then the status is None): a
 /// client that blocks forever must fail the test, not hang it.
-pub fn run_bounded(cmd: &mut Command, limit: Duration) -> (Option<std::process::ExitStatus>, String) {
+pub fn run_bounded(
+    cmd: &mut Command,
+    limit: Duration,
+) -> (Option<std::process::ExitStatus>, String) {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -499,8 +499,10 @@ fn answer<T: DeserializeOwned>(
 // ---------------------------------------------------------------------------
 
 fn enqueue(ctx: &Ctx, file: &Path, unique: bool) -> Result<u8, Failure> {
-    let source = std::fs::read_to_string(file)
-        .map_err(|e| Failure::Failed(format!("cannot read goal file {}: {e}", file.display())))?;
+    // Checked before it is read: a FIFO, /dev/zero or a huge file is refused, not read.
+    let limit = kerneld::limits::GOAL_FILE_BYTES;
+    let source = kerneld::userfile::read_regular(file, limit)
+        .map_err(|e| Failure::Failed(format!("goal file {}", e.describe(file, limit))))?;
     let path = std::fs::canonicalize(file)
         .or_else(|_| std::path::absolute(file))
         .unwrap_or_else(|_| file.to_path_buf());

@@ -5,12 +5,14 @@
 //! map of modules and their invariants.
 
 pub mod agent;
+pub mod audit;
 pub mod config;
 pub mod context;
 pub mod engine;
 pub mod goal;
 pub mod gpu;
 pub mod harness;
+pub mod limits;
 pub mod paths;
 pub mod projection;
 pub mod reconfigure;
@@ -19,6 +21,7 @@ pub mod scheduler;
 pub mod spool;
 pub mod store;
 pub mod task;
+pub mod userfile;
 pub mod wire;
 
 use std::sync::Arc;

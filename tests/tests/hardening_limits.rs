@@ -89,8 +89,15 @@ fn an_empty_log_file_stops_the_start_and_is_left_as_it_was() {
         text.contains(log.to_str().unwrap()) && text.contains("empty"),
         "the message must name the file and what is wrong: {text}"
     );
-    assert!(text.contains("kerneld check") || text.contains("backup"), "{text}");
-    assert_eq!(std::fs::metadata(&log).unwrap().len(), 0, "the file was replaced");
+    assert!(
+        text.contains("kerneld check") || text.contains("backup"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::metadata(&log).unwrap().len(),
+        0,
+        "the file was replaced"
+    );
 }
 
 /// A log with one goal in it, written by a daemon that stopped cleanly.
@@ -113,14 +120,21 @@ fn a_truncated_log_stops_the_start_with_a_message_not_a_panic() {
         f.set_len(keep).unwrap();
         drop(f);
         let (code, text) = start_refused(dir.path());
-        assert_ne!(code, 101, "kerneld panicked on a log cut to {keep} bytes:\n{text}");
+        assert_ne!(
+            code, 101,
+            "kerneld panicked on a log cut to {keep} bytes:\n{text}"
+        );
         assert!(!text.contains("panicked"), "{text}");
         assert_eq!(code, 1, "{text}");
         assert!(
             text.contains(log.to_str().unwrap()) && text.contains("kerneld check"),
             "cut to {keep} of {len} bytes: the message must name the file and what to do: {text}"
         );
-        assert_eq!(std::fs::metadata(&log).unwrap().len(), keep, "the file was changed");
+        assert_eq!(
+            std::fs::metadata(&log).unwrap().len(),
+            keep,
+            "the file was changed"
+        );
     }
 }
 
@@ -205,10 +219,19 @@ fn names_budgets_and_stop_values_outside_their_ranges_are_refused_naming_the_ran
     };
     let long_name = "n".repeat(100_000);
     let cases = [
-        (goal("a", "iterations = 1000000000000000000", ""), "budget.iterations"),
-        (goal("a", "", "plateau = 1000000000000000000"), "stop.plateau"),
+        (
+            goal("a", "iterations = 1000000000000000000", ""),
+            "budget.iterations",
+        ),
+        (
+            goal("a", "", "plateau = 1000000000000000000"),
+            "stop.plateau",
+        ),
         (goal("a", "gpu_hours = 1e308", ""), "budget.gpu_hours"),
-        (goal("a", "", "target_speedup = 1e300"), "stop.target_speedup"),
+        (
+            goal("a", "", "target_speedup = 1e300"),
+            "stop.target_speedup",
+        ),
         (goal(&long_name, "", ""), "name"),
     ];
     for (text, field) in &cases {
@@ -230,7 +253,11 @@ fn huge_names_cannot_break_status_for_everyone() {
     let d = Daemon::start(dir.path());
     for i in 0..3 {
         let name = format!("{}{i}", "x".repeat(3_500_000));
-        let reply = enqueue_text(&d, dir.path(), &format!("name = \"{name}\"\ntask = \"demo\"\n"));
+        let reply = enqueue_text(
+            &d,
+            dir.path(),
+            &format!("name = \"{name}\"\ntask = \"demo\"\n"),
+        );
         assert!(reply.get("error").is_some(), "a 3.5 MB name was accepted");
     }
     let out = kernelctl(&d.socket, &["status"]);
@@ -271,21 +298,31 @@ fn other_users_holding_connections_leave_room_for_root() {
         holders.push(
             Command::new(AS_NOBODY[0])
                 .args(&AS_NOBODY[1..])
-                .arg("python3")
-                .arg("-c")
-                .arg("import socket,sys,time; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); time.sleep(60)")
+                .arg(binary("kernelctl"))
+                .arg("--socket")
                 .arg(&d.socket)
+                .args(["events", "--follow"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
                 .spawn()
                 .unwrap(),
         );
     }
     std::thread::sleep(Duration::from_secs(2));
     let out = kernelctl(&d.socket, &["status"]);
+    let mut still_following = 0;
     for mut h in holders {
+        still_following += usize::from(h.try_wait().unwrap().is_none());
         let _ = h.kill();
         let _ = h.wait();
     }
-    assert!(out.status.success(), "root locked out: {}", output_text(&out));
+    assert_eq!(still_following, 16, "the per-user cap (16) did not hold");
+    assert!(
+        out.status.success(),
+        "root locked out: {}",
+        output_text(&out)
+    );
 }
 
 #[test]
@@ -312,7 +349,11 @@ fn a_name_resolves_to_the_callers_own_goal_first_and_ambiguity_lists_the_candida
     let out = kernelctl(&d.socket, &["--json", "status", "shared"]);
     assert!(out.status.success(), "{}", output_text(&out));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v[0]["id"], roots.as_str(), "root's `shared` resolved to {v}");
+    assert_eq!(
+        v[0]["id"],
+        roots.as_str(),
+        "root's `shared` resolved to {v}"
+    );
     let out = kernelctl(&d.socket, &["best", "shared"]);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains(&roots),

@@ -13,7 +13,9 @@ use serde_json::json;
 
 #[test]
 fn an_absolute_seed_naming_a_root_only_file_is_never_read_by_the_daemon() {
-    let Some(dir) = nobody_dir("sec-seed") else { return };
+    let Some(dir) = nobody_dir("sec-seed") else {
+        return;
+    };
     let secret = dir.path().join("secret.txt");
     std::fs::write(&secret, "TOPSECRET-LINE\n").unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -85,7 +87,9 @@ fn a_seed_next_to_the_goal_file_is_sent_by_the_client() {
 
 #[test]
 fn a_task_path_from_an_unprivileged_user_is_refused() {
-    let Some(dir) = nobody_dir("sec-task") else { return };
+    let Some(dir) = nobody_dir("sec-task") else {
+        return;
+    };
     let goal = dir.path().join("mytask.toml");
     let task = repo_root().join("kernels/demo");
     write_public(
@@ -110,7 +114,9 @@ fn a_task_path_from_an_unprivileged_user_is_refused() {
 
 #[test]
 fn a_command_agent_from_an_unprivileged_user_runs_as_that_user() {
-    let Some(dir) = nobody_dir("sec-cmd") else { return };
+    let Some(dir) = nobody_dir("sec-cmd") else {
+        return;
+    };
     let script = dir.path().join("agent.sh");
     write_public(
         &script,
@@ -158,7 +164,9 @@ fn a_command_agent_from_an_unprivileged_user_runs_as_that_user() {
 
 #[test]
 fn unique_matches_only_the_callers_own_goals() {
-    let Some(dir) = nobody_dir("sec-uniq") else { return };
+    let Some(dir) = nobody_dir("sec-uniq") else {
+        return;
+    };
     let goal = demo_goal(dir.path(), "nightly", 1000, "");
     std::fs::set_permissions(&goal, std::fs::Permissions::from_mode(0o644)).unwrap();
     let d = Daemon::start(dir.path());
