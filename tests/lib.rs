@@ -98,6 +98,15 @@ impl Daemon {
 
     /// Starts with extra arguments and environment variables (passed on to the workers).
     pub fn start_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let mut args = daemon_args(dir);
+        args.extend(extra.iter().map(Into::into));
+        let d = Self::spawn(dir, &args, env);
+        d.wait_ready(Duration::from_secs(30));
+        d
+    }
+
+    /// Starts the binary with exactly these arguments and does not wait for it.
+    pub fn spawn(dir: &Path, args: &[std::ffi::OsString], env: &[(&str, &str)]) -> Daemon {
         let socket = dir.join("sock");
         let state_dir = dir.join("state");
         let log = dir.join("kerneld.log");
@@ -107,8 +116,7 @@ impl Daemon {
             .open(&log)
             .unwrap();
         let child = Command::new(binary("kerneld"))
-            .args(daemon_args(dir))
-            .args(extra)
+            .args(args)
             .env("KERNELD_LOG", "info")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
@@ -116,17 +124,16 @@ impl Daemon {
             .stderr(logfile)
             .spawn()
             .expect("start kerneld");
-        let d = Daemon {
+        Daemon {
             child,
             socket,
             state_dir,
             log,
-        };
-        d.wait_ready(Duration::from_secs(30));
-        d
+        }
     }
 
-    fn wait_ready(&self, limit: Duration) {
+    /// Waits until the socket answers `version`, or panics with the log.
+    pub fn wait_ready(&self, limit: Duration) {
         let t0 = Instant::now();
         while t0.elapsed() < limit {
             if let Ok(v) = try_call(&self.socket, wire::method::VERSION, json!({})) {
@@ -466,11 +473,16 @@ pub fn run_bounded(
 
 /// The arguments `Daemon::start` gives kerneld for a test directory.
 pub fn daemon_args(dir: &Path) -> Vec<std::ffi::OsString> {
+    daemon_args_with(dir, &repo_root().join("kernels"))
+}
+
+/// The same with another kernels directory.
+pub fn daemon_args_with(dir: &Path, kernels: &Path) -> Vec<std::ffi::OsString> {
     let mut args: Vec<std::ffi::OsString> = Vec::new();
     for (flag, value) in [
         ("--state-dir", dir.join("state")),
         ("--socket", dir.join("sock")),
-        ("--kernels", repo_root().join("kernels")),
+        ("--kernels", kernels.to_path_buf()),
         ("--python", python()),
     ] {
         args.push(flag.into());
@@ -478,4 +490,22 @@ pub fn daemon_args(dir: &Path) -> Vec<std::ffi::OsString> {
     }
     args.push("--cpu".into());
     args
+}
+
+/// A kernels directory whose harness worker is `tests/fixtures/stub_worker.py` (the worker
+/// protocol without torch: it starts and "evaluates" in milliseconds) and whose `demo`
+/// task is the real one.
+pub fn stub_kernels(dir: &Path) -> PathBuf {
+    let kernels = dir.join("kernels");
+    std::fs::create_dir_all(kernels.join("harness")).unwrap();
+    std::fs::copy(
+        repo_root().join("tests/fixtures/stub_worker.py"),
+        kernels.join("harness/worker.py"),
+    )
+    .unwrap();
+    let demo = kernels.join("demo");
+    if !demo.exists() {
+        std::os::unix::fs::symlink(repo_root().join("kernels/demo"), demo).unwrap();
+    }
+    kernels
 }
