@@ -16,6 +16,8 @@ use crate::projection::GoalProjection;
 use crate::wire::{EvaluationRecord, Event, EventKind, GoalSpec};
 
 mod check;
+#[cfg(test)]
+mod fault_tests;
 mod integrity;
 pub use check::CheckReport;
 
