@@ -334,7 +334,9 @@ async fn send(conn: &mut Conn, msg: &impl Serialize) -> anyhow::Result<()> {
     }
 }
 
-async fn connection(
+/// Serves one client until it hangs up (public for the fuzz target, which drives the real
+/// framing, parsing and dispatch through a socket pair).
+pub async fn connection(
     stream: UnixStream,
     engine: Arc<Engine>,
     stop: CancellationToken,

@@ -7,6 +7,7 @@
 //!
 //! redb is synchronous: async callers go through `tokio::task::spawn_blocking`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableTable, TableDefinition};
@@ -266,6 +267,9 @@ impl Store {
             .map_or(1, |v| v.value());
         let time_ms = now_ms();
         let mut out = Vec::with_capacity(items.len());
+        // Projections this batch changed, written once at its end: a batch of many events
+        // of one goal (a log built in bulk) costs one projection write, not one per event.
+        let mut touched: BTreeMap<String, GoalProjection> = BTreeMap::new();
         for item in items {
             let ev = Event {
                 seq,
@@ -284,12 +288,15 @@ impl Store {
                     EventKind::GoalEnqueued { spec, owner_uid } => {
                         GoalProjection::new(goal, spec.clone(), *owner_uid, time_ms)
                     }
-                    _ => {
-                        let raw = goals.get(goal).map_err(|e| self.err(e))?;
-                        let raw = raw.ok_or_else(|| StoreError::NoGoal(goal.to_string()))?;
-                        serde_json::from_slice(raw.value())
-                            .map_err(|e| StoreError::Corrupt(e.to_string()))?
-                    }
+                    _ => match touched.remove(goal) {
+                        Some(p) => p,
+                        None => {
+                            let raw = goals.get(goal).map_err(|e| self.err(e))?;
+                            let raw = raw.ok_or_else(|| StoreError::NoGoal(goal.to_string()))?;
+                            serde_json::from_slice(raw.value())
+                                .map_err(|e| StoreError::Corrupt(e.to_string()))?
+                        }
+                    },
                 };
                 // Side tables that need the projection as it was before this event.
                 match &ev.kind {
@@ -329,14 +336,16 @@ impl Store {
                     _ => {}
                 }
                 proj.apply(&ev);
-                let bytes =
-                    serde_json::to_vec(&proj).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                goals
-                    .insert(goal, bytes.as_slice())
-                    .map_err(|e| self.err(e))?;
+                touched.insert(goal.to_string(), proj);
             }
             out.push(ev);
             seq += 1;
+        }
+        for (goal, proj) in touched {
+            let bytes = serde_json::to_vec(&proj).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            goals
+                .insert(goal.as_str(), bytes.as_slice())
+                .map_err(|e| self.err(e))?;
         }
         meta.insert("next_seq", seq).map_err(|e| self.err(e))?;
         Ok(out)
