@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Runs every test: the Rust workspace (unit tests and the end-to-end tests that start
-# the real kerneld and kernelctl binaries), then the Python harness and task tests
+# Runs every test: the Rust checks (scripts/lint.sh: fmt, clippy, rust-version), the
+# Rust workspace (unit tests and the end-to-end tests that start the real kerneld and
+# kernelctl binaries), then the Python harness and task tests
 # under Triton's interpreter (CPU). Installs what it needs on a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/python-env.sh
 
+scripts/lint.sh
 echo "== cargo build (workspace)"
 cargo build --workspace --locked
 echo "== cargo test (workspace)"

@@ -4,12 +4,13 @@
 //! `follow` turns the connection into a stream of `event` notifications after the response
 //! (the backlog) of an `events` request with `follow: true`.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kerneld::wire::{self, EventsParams, Request, Response, RpcError};
+use kerneld_protocol::lines::{Framed, LineFramer};
+use kerneld_protocol::wire::{self, EventsParams, Request, Response, RpcError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -210,26 +211,41 @@ impl EventStream {
     }
 }
 
-/// Reads one `\n`-terminated line (without the `\n`) of at most `limit` bytes.
-/// Returns the number of bytes consumed, 0 at end of stream.
+/// Reads one `\n`-terminated line (without the `\n`) of at most `limit` bytes, framed
+/// as the daemon frames them (`kerneld_protocol::lines`). Returns the number of bytes
+/// consumed, 0 at end of stream.
 fn read_line_bounded(
     reader: &mut impl BufRead,
     buf: &mut Vec<u8>,
     limit: usize,
 ) -> io::Result<usize> {
-    let n = reader
-        .by_ref()
-        .take(limit as u64 + 1)
-        .read_until(b'\n', buf)?;
-    if buf.last() == Some(&b'\n') {
-        buf.pop();
-    } else if buf.len() > limit {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("line longer than {limit} bytes"),
-        ));
+    let mut framer = LineFramer::new(limit);
+    let mut consumed = 0;
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            if let Some(last) = framer.finish() {
+                buf.extend_from_slice(&last);
+            }
+            return Ok(consumed);
+        }
+        let (used, found) = framer.feed(chunk);
+        reader.consume(used);
+        consumed += used;
+        match found {
+            Some(Framed::Line(line)) => {
+                buf.extend_from_slice(&line);
+                return Ok(consumed);
+            }
+            Some(Framed::TooLong) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("line longer than {limit} bytes"),
+                ))
+            }
+            None => {}
+        }
     }
-    Ok(n)
 }
 
 /// The response to request `id` in `message`, or `None` when the message is something else.

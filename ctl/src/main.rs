@@ -17,8 +17,8 @@ use std::process::ExitCode;
 
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use kerneld::paths::{choose_socket, SocketEnv};
-use kerneld::wire::{
+use kerneld_protocol::paths::{choose_socket, SocketEnv};
+use kerneld_protocol::wire::{
     self, code, method, BestResult, ContextResult, EnqueueParams, EnqueueResult, Event,
     EventsParams, GoalDetail, GoalRef, GoalState, GoalSummary, GpusResult, RpcError, StatusParams,
     VersionResult,
@@ -150,7 +150,7 @@ fn main() -> ExitCode {
         (Some(path), Some(ValueSource::EnvVariable)) => (path, SocketOrigin::Env),
         (Some(path), _) => (path, SocketOrigin::Flag),
         (None, _) => {
-            // The daemon's own rule (kerneld::paths), so both ends agree.
+            // The daemon's own rule (kerneld_protocol::paths), so both ends agree.
             let choice = choose_socket(&SocketEnv::current());
             (
                 choice.chosen,
@@ -500,15 +500,16 @@ fn answer<T: DeserializeOwned>(
 
 fn enqueue(ctx: &Ctx, file: &Path, unique: bool) -> Result<u8, Failure> {
     // Checked before it is read: a FIFO, /dev/zero or a huge file is refused, not read.
-    let limit = kerneld::limits::GOAL_FILE_BYTES;
-    let source = kerneld::userfile::read_regular(file, limit)
+    let limit = kerneld_protocol::limits::GOAL_FILE_BYTES;
+    let source = kerneld_protocol::userfile::read_regular(file, limit)
         .map_err(|e| Failure::Failed(format!("goal file {}", e.describe(file, limit))))?;
     let path = std::fs::canonicalize(file)
         .or_else(|_| std::path::absolute(file))
         .unwrap_or_else(|_| file.to_path_buf());
     // Seeds next to the goal file are read here, with the user's own rights: the daemon
     // reads no user-named file outside its installed tasks.
-    let files = kerneld::goal::local_seed_files(&path, &source).map_err(Failure::Failed)?;
+    let files =
+        kerneld_protocol::seeds::local_seed_files(&path, &source).map_err(Failure::Failed)?;
     let params = EnqueueParams {
         path: path.to_string_lossy().into_owned(),
         source,

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use kerneld::wire::{
+use kerneld_protocol::wire::{
     BestSummary, EvalResult, Event, EventKind, GoalDetail, GoalSpec, GoalState, GoalSummary,
     GpusResult, Health, ResultClass,
 };
@@ -579,7 +579,7 @@ fn spec_fields(spec: &GoalSpec) -> Vec<(&'static str, String)> {
         ("seeds", seeds.join(", ")),
         ("budget", budget_text(spec)),
         ("stop", stop_text(spec)),
-        ("agent", spec.agent.kind.clone()),
+        ("agent", spec.agent.kind().to_string()),
         (
             "resources",
             format!(
@@ -686,7 +686,9 @@ pub fn event_summary(kind: &EventKind, fit_text: Fit) -> (String, Option<Style>)
         EventKind::GoalEnqueued { spec, owner_uid } => (
             format!(
                 "{} (task {}, agent {}) by uid {owner_uid}",
-                spec.name, spec.task, spec.agent.kind
+                spec.name,
+                spec.task,
+                spec.agent.kind()
             ),
             None,
         ),
@@ -891,7 +893,7 @@ pub fn gpus(result: &GpusResult, now_ms: u64, paint: Paint) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kerneld::wire::{GpuStatus, LeaseInfo};
+    use kerneld_protocol::wire::{GpuStatus, LeaseInfo};
 
     pub fn summary(name: &str, state: GoalState, best: Option<f64>) -> GoalSummary {
         GoalSummary {

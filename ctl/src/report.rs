@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use kerneld::wire::{Event, EventKind, GoalState, ResultClass};
+use kerneld_protocol::wire::{Event, EventKind, GoalState, ResultClass};
 use serde::Serialize;
 
 use crate::render::{self, Paint, Style};
@@ -204,7 +204,7 @@ fn rising(mut steps: Vec<Step>) -> Vec<Step> {
         .into_iter()
         .filter(|s| s.speedup.is_finite() && s.speedup > 0.0)
     {
-        if out.last().map_or(true, |b| s.speedup > b.speedup) {
+        if out.last().is_none_or(|b| s.speedup > b.speedup) {
             out.push(s);
         }
     }
@@ -820,7 +820,7 @@ fn best_bars(p: &Progress, paint: Paint) -> String {
 fn bar(eighths: usize) -> String {
     const PARTS: [char; 8] = [' ', '▏', '▎', '▍', '▌', '▋', '▊', '▉'];
     let mut s = "█".repeat(eighths / 8);
-    if eighths % 8 != 0 {
+    if !eighths.is_multiple_of(8) {
         s.push(PARTS[eighths % 8]);
     }
     s
@@ -829,7 +829,7 @@ fn bar(eighths: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kerneld::wire::{BestSummary, EvalResult};
+    use kerneld_protocol::wire::{BestSummary, EvalResult};
 
     fn finished(seq: u64, iteration: u64, speedup: Option<f64>) -> Event {
         let result = match speedup {

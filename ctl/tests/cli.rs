@@ -12,7 +12,7 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kerneld::wire::{
+use kerneld_protocol::wire::{
     code, BestResult, BestSummary, EvalResult, Event, EventKind, GoalState, GoalSummary,
     Notification, Request, Response, ResultClass, RpcError,
 };

@@ -12,7 +12,7 @@ use std::fmt::Write;
 use serde_json::Value;
 
 use crate::projection::GoalProjection;
-use crate::wire::{EvalResult, EvaluationRecord, GoalSpec};
+use crate::wire::{AgentKind, EvalResult, EvaluationRecord, GoalSpec};
 
 /// Default budget of CONTEXT.md (`command`) and of the search agent's context.
 pub const DEFAULT_BYTES: usize = 12 * 1024;
@@ -28,15 +28,11 @@ pub const INTERPRETED_NOTE: &str = "Timings below come from Triton's CPU interpr
 
 /// The goal's budget in bytes: `agent.context_bytes`, else the agent kind's default.
 pub fn budget(spec: &GoalSpec) -> usize {
-    let default = match spec.agent.kind.as_str() {
-        "llm" => DEFAULT_PROMPT_BYTES,
-        _ => DEFAULT_BYTES,
+    let default = match spec.agent.kind() {
+        AgentKind::Llm => DEFAULT_PROMPT_BYTES,
+        AgentKind::Search | AgentKind::Command => DEFAULT_BYTES,
     };
-    spec.agent
-        .settings
-        .get("context_bytes")
-        .and_then(Value::as_u64)
-        .map_or(default, |b| b as usize)
+    spec.agent.context_bytes().map_or(default, |b| b as usize)
 }
 
 fn clip(s: &str, n: usize) -> String {

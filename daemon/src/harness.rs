@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use nix::sys::signal::{killpg, Signal};
@@ -66,7 +66,6 @@ pub struct Worker {
     next_id: u64,
     /// The worker's ready line (versions, device).
     pub ready: Value,
-    pub started: Instant,
 }
 
 impl Worker {
@@ -142,7 +141,6 @@ impl Worker {
             stderr_tail,
             next_id: 1,
             ready: Value::Null,
-            started: Instant::now(),
         };
         let ready = match tokio::time::timeout(spec.start_timeout, worker.read_line()).await {
             Ok(Ok(v)) => v,

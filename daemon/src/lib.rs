@@ -4,31 +4,44 @@
 //! in-process as well as through the `kerneld` binary. See ARCHITECTURE.md for the
 //! map of modules and their invariants.
 
-pub mod agent;
-pub mod audit;
+pub(crate) mod agent;
+pub(crate) mod audit;
+pub(crate) mod candidate;
 pub mod config;
-pub mod context;
-pub mod engine;
+pub(crate) mod context;
+pub(crate) mod engine;
 pub mod goal;
 pub mod gpu;
-pub mod harness;
-pub mod limits;
-pub mod paths;
-pub mod projection;
-pub mod reconfigure;
-pub mod rpc;
-pub mod scheduler;
-pub mod spool;
-pub mod store;
-pub mod task;
-pub mod userfile;
-pub mod wire;
+pub(crate) mod harness;
+pub(crate) mod projection;
+pub(crate) mod reconfigure;
+pub(crate) mod resolve;
+pub(crate) mod rpc;
+pub(crate) mod scheduler;
+pub(crate) mod spool;
+pub(crate) mod status_view;
+pub(crate) mod store;
+pub(crate) mod task;
+
+/// The protocol crate's modules, where the daemon's code has always found them.
+pub use kerneld_protocol::{limits, paths, wire};
 
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
 pub use config::Config;
+
+/// Entry points for tools beside the daemon proper: `kerneld check` (the binary), the
+/// benchmark that builds a log in bulk through the store, and the fuzz target that drives
+/// one connection's framing, parsing and dispatch.
+pub mod tools {
+    pub use crate::engine::Engine;
+    pub use crate::rpc::{connection, Limits};
+    pub use crate::store::{CheckReport, NewEvent, Store, StoreError};
+}
+pub use engine::TickFn;
+pub use reconfigure::Rebuild;
 
 /// What `run` can be given beyond the configuration.
 #[derive(Default)]
@@ -38,10 +51,10 @@ pub struct RunOptions {
     /// Called once the socket accepts connections (systemd READY=1).
     pub on_ready: Option<Box<dyn FnOnce() + Send>>,
     /// How to rebuild the configuration on a reload, and the SIGHUP that asks for one.
-    pub reconfigure: Option<(reconfigure::Rebuild, Arc<tokio::sync::Notify>)>,
+    pub reconfigure: Option<(Rebuild, Arc<tokio::sync::Notify>)>,
     /// Called on every scheduler tick with a one-line status (systemd WATCHDOG=1 and
     /// STATUS=): pings come from the loop that does the work, so a stuck daemon stops them.
-    pub on_tick: Option<engine::TickFn>,
+    pub on_tick: Option<TickFn>,
 }
 
 /// Runs the daemon until `shutdown` is cancelled, then stops cleanly: evaluations in

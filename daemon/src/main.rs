@@ -113,7 +113,7 @@ fn build_config(cli: &Cli) -> Result<Config, String> {
 
 /// systemd's watchdog and STATUS= line, fed by the scheduler's tick: a daemon whose
 /// scheduler is stuck stops pinging and is restarted (WatchdogSec in the unit).
-fn systemd_tick() -> kerneld::engine::TickFn {
+fn systemd_tick() -> kerneld::TickFn {
     let mut usec = 0u64;
     let watchdog = sd_notify::watchdog_enabled(false, &mut usec) && usec > 0;
     let last_status = std::sync::Mutex::new(String::new());
@@ -238,10 +238,10 @@ fn check(cli: &Cli) -> ExitCode {
         }
     };
     let path = Config::new(dir, PathBuf::new()).db_path();
-    let mut store = match kerneld::store::Store::open_for_check(&path) {
+    let mut store = match kerneld::tools::Store::open_for_check(&path) {
         Ok(s) => s,
         // A file that is there but damaged is a finding, not a failure to look.
-        Err(e @ kerneld::store::StoreError::Damaged { .. }) => {
+        Err(e @ kerneld::tools::StoreError::Damaged { .. }) => {
             println!("{e}");
             return ExitCode::from(1);
         }

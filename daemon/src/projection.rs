@@ -139,7 +139,7 @@ impl GoalProjection {
                         candidate: candidate.clone(),
                         seed: seed.clone(),
                         config: config.clone(),
-                        source_hash: source.as_deref().map(crate::store::source_hash),
+                        source_hash: source.as_deref().map(crate::candidate::source_hash),
                         attempts: 0,
                         aborted: 0,
                     },
@@ -233,10 +233,7 @@ pub(crate) fn test_spec(seed_source: &str) -> GoalSpec {
         }],
         budget: Budget::default(),
         stop: StopRules::default(),
-        agent: AgentSpec {
-            kind: "search".into(),
-            settings: serde_json::json!({}),
-        },
+        agent: AgentSpec::default(),
         resources: Resources {
             gpus: 1,
             priority: 0,

@@ -13,7 +13,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -25,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, RpcResult};
 use crate::wire::*;
+use kerneld_protocol::lines::{Framed, LineFramer};
 
 /// Binds the socket: removes a stale file first (the redb lock already proved no
 /// other daemon owns this state; a socket path shared by two state dirs is refused).
@@ -267,11 +267,11 @@ enum Frame {
     Unfinished,
 }
 
-/// Reads newline-terminated lines, bounded in length and in the time one may take.
-/// Cancel-safe: whatever was read stays in `partial`, so it may sit in a `select!`.
+/// Reads lines (`kerneld_protocol::lines`, as the client does), bounded in the time one
+/// may take. Cancel-safe: whatever was read stays in the framer, so it may sit in a `select!`.
 struct LineReader {
     inner: BufReader<OwnedReadHalf>,
-    partial: Vec<u8>,
+    framer: LineFramer,
     partial_since: Option<Instant>,
     timeout: Duration,
 }
@@ -291,27 +291,20 @@ impl LineReader {
             if chunk.is_empty() {
                 // End of stream: an unterminated last request still counts.
                 self.partial_since = None;
-                return Ok((!self.partial.is_empty())
-                    .then(|| Frame::Line(std::mem::take(&mut self.partial))));
+                return Ok(self.framer.finish().map(Frame::Line));
             }
-            let (take, complete) = match chunk.iter().position(|&b| b == b'\n') {
-                Some(i) => (i, true),
-                None => (chunk.len(), false),
-            };
-            if self.partial.len() + take > MAX_LINE {
-                return Ok(Some(Frame::TooLong));
-            }
-            self.partial.extend_from_slice(&chunk[..take]);
-            self.inner.consume(take + usize::from(complete));
-            if complete {
-                self.partial_since = None;
-                let mut line = std::mem::take(&mut self.partial);
-                if line.last() == Some(&b'\r') {
-                    line.pop();
+            let (used, found) = self.framer.feed(chunk);
+            self.inner.consume(used);
+            match found {
+                Some(Framed::Line(line)) => {
+                    self.partial_since = None;
+                    return Ok(Some(Frame::Line(line)));
                 }
-                return Ok(Some(Frame::Line(line)));
+                Some(Framed::TooLong) => return Ok(Some(Frame::TooLong)),
+                None => {
+                    self.partial_since.get_or_insert_with(Instant::now);
+                }
             }
-            self.partial_since.get_or_insert_with(Instant::now);
         }
     }
 }
@@ -347,7 +340,7 @@ pub async fn connection(
     let mut conn = Conn {
         lines: LineReader {
             inner: BufReader::new(read),
-            partial: Vec::new(),
+            framer: LineFramer::new(MAX_LINE),
             partial_since: None,
             timeout: limits.partial_line,
         },
@@ -400,19 +393,26 @@ pub async fn connection(
             }
         };
 
-        if req.method == method::EVENTS {
-            let params: EventsParams = match params(&req) {
-                Ok(p) => p,
-                Err(e) => {
-                    send(&mut conn, &Response::err(id, e)).await?;
-                    continue;
-                }
-            };
-            if params.follow {
-                return follow(conn, engine, id, params, stop).await;
+        let call = match req.call() {
+            Ok(c) => c,
+            Err(CallError::UnknownMethod(m)) => {
+                let err = RpcError::new(code::METHOD_NOT_FOUND, format!("no method `{m}`"));
+                send(&mut conn, &Response::err(id, err)).await?;
+                continue;
+            }
+            Err(CallError::InvalidParams(m)) => {
+                let err = RpcError::new(code::INVALID_PARAMS, m);
+                crate::audit::refused(uid, &req, &err);
+                send(&mut conn, &Response::err(id, err)).await?;
+                continue;
+            }
+        };
+        if let Call::Events(p) = &call {
+            if p.follow {
+                return follow(conn, engine, id, p.clone(), stop).await;
             }
         }
-        let reply = match dispatch(&engine, &req, uid).await {
+        let reply = match dispatch(&engine, call, uid).await {
             Ok(v) => Response::ok(id, v),
             Err(e) => {
                 crate::audit::refused(uid, &req, &e);
@@ -464,42 +464,27 @@ pub fn parse_request(line: &str) -> Parsed {
     }
 }
 
-fn params<T: DeserializeOwned>(req: &Request) -> RpcResult<T> {
-    let p = if req.params.is_null() {
-        Value::Object(Default::default())
-    } else {
-        req.params.clone()
-    };
-    serde_json::from_value(p)
-        .map_err(|e| RpcError::new(code::INVALID_PARAMS, format!("{}: {e}", req.method)))
-}
-
 fn to_value<T: Serialize>(r: RpcResult<T>) -> RpcResult<Value> {
     r.and_then(|v| {
         serde_json::to_value(v).map_err(|e| RpcError::new(code::INTERNAL_ERROR, e.to_string()))
     })
 }
 
-async fn dispatch(engine: &Engine, req: &Request, uid: u32) -> RpcResult<Value> {
-    match req.method.as_str() {
-        method::ENQUEUE => to_value(engine.enqueue(params(req)?, uid).await),
-        method::STATUS => {
-            let p: StatusParams = params(req)?;
-            to_value(engine.status(p.goal.as_deref()))
-        }
-        method::SHOW => to_value(engine.show(&params::<GoalRef>(req)?.goal).await),
-        method::PAUSE => to_value(engine.pause(&params::<GoalRef>(req)?.goal, uid).await),
-        method::RESUME => to_value(engine.resume(&params::<GoalRef>(req)?.goal, uid).await),
-        method::CANCEL => to_value(engine.cancel(&params::<GoalRef>(req)?.goal, uid).await),
-        method::BEST => to_value(engine.best(&params::<GoalRef>(req)?.goal).await),
-        method::EVENTS => to_value(engine.events(&params(req)?).await),
-        method::CONTEXT => to_value(engine.context(&params::<GoalRef>(req)?.goal).await),
-        method::GPUS => to_value(Ok(engine.gpus())),
-        method::VERSION => to_value(engine.version()),
-        other => Err(RpcError::new(
-            code::METHOD_NOT_FOUND,
-            format!("no method `{other}`"),
-        )),
+/// One operation per method (engine/ops/); a new method that is not answered here does
+/// not compile.
+async fn dispatch(engine: &Engine, call: Call, uid: u32) -> RpcResult<Value> {
+    match call {
+        Call::Enqueue(p) => to_value(engine.enqueue(p, uid).await),
+        Call::Status(p) => to_value(engine.status(p.goal.as_deref())),
+        Call::Show(p) => to_value(engine.show(&p.goal).await),
+        Call::Pause(p) => to_value(engine.pause(&p.goal, uid).await),
+        Call::Resume(p) => to_value(engine.resume(&p.goal, uid).await),
+        Call::Cancel(p) => to_value(engine.cancel(&p.goal, uid).await),
+        Call::Best(p) => to_value(engine.best(&p.goal).await),
+        Call::Events(p) => to_value(engine.events(&p).await),
+        Call::Context(p) => to_value(engine.context(&p.goal).await),
+        Call::Gpus(_) => to_value(Ok(engine.gpus())),
+        Call::Version(_) => to_value(engine.version()),
     }
 }
 

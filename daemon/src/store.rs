@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableTable, TableDefinition};
-use sha2::{Digest, Sha256};
 
+use crate::candidate::source_hash;
 use crate::projection::GoalProjection;
 use crate::wire::{EvaluationRecord, Event, EventKind, GoalSpec};
 
@@ -32,8 +32,17 @@ const GOALS: TableDefinition<&str, &[u8]> = TableDefinition::new("goals");
 const EVALS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("evaluations");
 /// source hash → candidate source text (non-seed candidates).
 const SOURCES: TableDefinition<&str, &str> = TableDefinition::new("sources");
-/// counters: "next_seq", "next_goal".
+/// counters: "next_seq", "next_goal"; and "format": the layout version (`FORMAT`).
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// The key of the layout version in `META`.
+const FORMAT_KEY: &str = "format";
+
+/// The version of the log's layout (tables, keys, the JSON of events and projections)
+/// this build writes. A log without one was written before versions (format 0, the same
+/// layout as 1) and is stamped 1 when opened. A newer one is refused: an older build
+/// could misread what it does not know. Bump on a change old builds cannot read, and
+/// keep reading every older format (tests/fixtures holds logs of older builds).
+pub const FORMAT: u64 = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -57,6 +66,12 @@ pub enum StoreError {
     Corrupt(String),
     #[error("no goal {0}")]
     NoGoal(String),
+    #[error("event log {path} has format {found}, newer than the {supported} this kerneld reads; it was written by a newer kerneld: run that version (or newer) again, or start this one with another --state-dir")]
+    NewerFormat {
+        path: PathBuf,
+        found: u64,
+        supported: u64,
+    },
     /// A write failed (disk full, I/O error). redb refuses every later write until the
     /// database is reopened, so the store says so at once instead of failing each time.
     #[error("event log {path} can no longer be written since: {first}; kerneld stops so that it never acknowledges what is not durable; free space in that directory and start it again (systemd restarts it)")]
@@ -82,21 +97,6 @@ fn open_db(path: &Path) -> Result<Database, StoreError> {
         }
         Err(e) => Err(db_err(path, e)),
     }
-}
-
-/// The hash that names a candidate source (the first 16 hex digits of its SHA-256).
-pub fn source_hash(source: &str) -> String {
-    hex::encode(&Sha256::digest(source.as_bytes())[..8])
-}
-
-/// The content address of a candidate: its source and its configuration.
-pub fn candidate_id(source: &str, config: &serde_json::Value) -> String {
-    let mut h = Sha256::new();
-    h.update(source.as_bytes());
-    h.update([0u8]);
-    // serde_json's Map is a BTreeMap here (no preserve_order), so this is canonical.
-    h.update(config.to_string().as_bytes());
-    hex::encode(&h.finalize()[..8])
 }
 
 /// An event before it is committed: the store gives it its sequence number and time.
@@ -175,7 +175,26 @@ impl Store {
             tx.open_table(GOALS).map_err(|e| db_err(path, e))?;
             tx.open_table(EVALS).map_err(|e| db_err(path, e))?;
             tx.open_table(SOURCES).map_err(|e| db_err(path, e))?;
-            tx.open_table(META).map_err(|e| db_err(path, e))?;
+            let mut meta = tx.open_table(META).map_err(|e| db_err(path, e))?;
+            let found = meta
+                .get(FORMAT_KEY)
+                .map_err(|e| db_err(path, e))?
+                .map(|v| v.value());
+            match found {
+                Some(found) if found > FORMAT => {
+                    return Err(StoreError::NewerFormat {
+                        path: path.to_path_buf(),
+                        found,
+                        supported: FORMAT,
+                    })
+                }
+                Some(found) if found == FORMAT => {}
+                // New, or written before versions (format 0 is format 1's layout).
+                _ => {
+                    meta.insert(FORMAT_KEY, FORMAT)
+                        .map_err(|e| db_err(path, e))?;
+                }
+            }
         }
         tx.commit().map_err(|e| db_err(path, e))?;
         Ok(store)
@@ -742,6 +761,40 @@ mod tests {
         );
         drop(store);
         let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn a_log_of_a_newer_format_is_refused_and_an_unversioned_one_is_stamped() {
+        let path = temp_db();
+        drop(Store::open(&path).unwrap());
+        let format = |path: &Path| {
+            let db = Database::create(path).unwrap();
+            let tx = db.begin_read().unwrap();
+            let meta = tx.open_table(META).unwrap();
+            let v = meta.get(FORMAT_KEY).unwrap().map(|v| v.value());
+            v
+        };
+        assert_eq!(format(&path), Some(FORMAT));
+        let set = |path: &Path, v: Option<u64>| {
+            let db = Database::create(path).unwrap();
+            let tx = db.begin_write().unwrap();
+            {
+                let mut meta = tx.open_table(META).unwrap();
+                match v {
+                    Some(v) => meta.insert(FORMAT_KEY, v).unwrap(),
+                    None => meta.remove(FORMAT_KEY).unwrap(),
+                };
+            }
+            tx.commit().unwrap();
+        };
+        set(&path, None);
+        drop(Store::open(&path).unwrap());
+        assert_eq!(format(&path), Some(FORMAT));
+        set(&path, Some(FORMAT + 1));
+        let e = Store::open(&path).err().expect("a newer format is refused");
+        assert!(matches!(e, StoreError::NewerFormat { found, .. } if found == FORMAT + 1));
+        assert!(e.to_string().contains("newer kerneld"), "{e}");
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

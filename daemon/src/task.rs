@@ -12,8 +12,6 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Deserialize)]
 pub struct TaskManifest {
     pub name: String,
-    #[serde(default)]
-    pub description: String,
     pub entry: String,
     #[serde(default)]
     pub default_shapes: Vec<String>,
@@ -25,10 +23,6 @@ pub struct TaskManifest {
     pub baselines: BTreeMap<String, String>,
     #[serde(default)]
     pub shapes: BTreeMap<String, toml::Table>,
-    #[serde(default)]
-    pub heldout: BTreeMap<String, toml::Table>,
-    #[serde(default)]
-    pub smoke: BTreeMap<String, toml::Table>,
 }
 
 fn default_baseline() -> String {

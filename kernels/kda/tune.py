@@ -49,6 +49,17 @@ def rel_err(out, ref):
     return (d.norm() / ref.norm()).item(), (d.abs().max() / ref.abs().max()).item()
 
 
+def check_outputs(out, ref, tol) -> dict:
+    """rel-RMSE and max error of o and the final state against the oracle, and the verdict."""
+    res, ok = {}, True
+    for n in ("o", "final_state"):
+        r, m = rel_err(out[n], ref[n])
+        res[f"rel_{n}"], res[f"max_{n}"] = r, m
+        ok &= r < tol["rel_rmse"] and m < tol["max_abs"]
+    res["correct"] = bool(ok)
+    return res
+
+
 def env_info():
     info = {"gpu": None, "driver": None, "torch": torch.__version__, "triton": triton.__version__}
     if torch.cuda.is_available():

@@ -1,6 +1,7 @@
-"""One-call GPU comparison: seeds/splitkv_v2.py configs against seeds/splitkv.py's BEST.
+"""One-call GPU comparison of MLA seed configs: v2 configs against v1 BEST (--set v2, the default), or
+v3 (Gluon core) configs against v2 BEST (--set v3).
 
-    PYTHONUNBUFFERED=1 python3 kernels/mla/tune_v2.py --out $OUT [--jobs 12] [--rep-ms 40] [--configs FILE]
+    PYTHONUNBUFFERED=1 python3 kernels/mla/tune_v2.py --out $OUT [--set v3] [--jobs 12] [--rep-ms 40] [--configs FILE]
 
 Budget: < 4 minutes on one H200 (16 CPU cores), no network, no torch.compile.
 1. check (process pool, spawn): every config is compiled and checked in bf16 on every goal AND
@@ -28,7 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tunekit import DEVICE, TASK_DIR, Checker, bench, check_shapes, load_mod, task_and_toml  # noqa: E402
 
-SEEDS = {"v1": TASK_DIR / "seeds" / "splitkv.py", "v2": TASK_DIR / "seeds" / "splitkv_v2.py"}
+SEEDS = {"v1": TASK_DIR / "seeds" / "splitkv.py", "v2": TASK_DIR / "seeds" / "splitkv_v2.py",
+         "v3": TASK_DIR / "seeds" / "splitkv_v3.py"}
+KERNELS = {"v1": ("_mla_split_kv",), "v2": ("_mla_split_kv_v2",), "v3": ("_split_gluon", "_split_tl")}
 COPY_TBS = 4.27                       # H200 device-to-device copy, measured (FIELD_NOTES section 1)
 
 # (label, seed, config overrides on top of that seed's BEST). Each v2 row changes one thing from v2
@@ -56,6 +59,47 @@ CONFIGS = [
     ("v2_h32_w8_split2", "v2", {"BLOCK_H": 32, "MIN_SPLIT_TILES": 2}),
     ("v2_h16_w4_split4", "v2", {"BLOCK_H": 16, "num_warps": 4, "MIN_SPLIT_TILES": 4}),
 ]
+# v3: the Gluon core's ring depth / tile size / p path, and the split and merge choices (NOTES.md "v3")
+CONFIGS_V3 = [
+    ("v2_best", "v2", {}),
+    ("g64", "v3", {"LAT_CORE": "same"}),
+    ("g64_regs", "v3", {"P_VIA": "regs"}),
+    ("g32s4", "v3", {"BLOCK_N": 32, "STAGES": 4}),
+    ("g32s4_regs", "v3", {"BLOCK_N": 32, "STAGES": 4, "P_VIA": "regs"}),
+    ("g16s8", "v3", {"BLOCK_N": 16, "STAGES": 8}),
+    ("g64_launch", "v3", {"COMBINE": "launch"}),
+    ("g64_split2", "v3", {"MIN_SPLIT_TILES": 2}),
+    ("g64_split4", "v3", {"MIN_SPLIT_TILES": 4}),
+    ("g64_w2", "v3", {"WAVES": 2}),
+    ("g64_fp32", "v3", {"PARTIAL": "fp32"}),
+    ("v3_tl", "v3", {"CORE": "tl"}),
+    ("g64_lat_tl", "v3", {"LAT_CORE": "tl"}),
+    ("g32s4_split2", "v3", {"BLOCK_N": 32, "STAGES": 4, "MIN_SPLIT_TILES": 2}),
+]
+# v3b (GPU call 2): around call 1's winner (Gluon core for batches, tl core for B=1): L2 prefetch distance,
+# merge in a second launch for batches, JIT vs cached relaunch, B=1 split / core / merge choices
+LAT_TL = {"LAT_CORE": "tl"}
+CONFIGS_V3B = [
+    ("v2_best", "v2", {}),
+    ("a_mma", "v3", dict(LAT_TL, O_STORE="mma")),        # exactly call 1's winner (g64_lat_tl)
+    ("a", "v3", LAT_TL),
+    ("a_pf1", "v3", dict(LAT_TL, PF_DIST=1)),
+    ("a_pf2", "v3", dict(LAT_TL, PF_DIST=2)),
+    ("a_pf3", "v3", dict(LAT_TL, PF_DIST=3)),
+    ("a_launch", "v3", dict(LAT_TL, COMBINE="launch", LAT_COMBINE="spin")),
+    ("a_launch_pf2", "v3", dict(LAT_TL, COMBINE="launch", LAT_COMBINE="spin", PF_DIST=2)),
+    ("a_pf2_regs", "v3", dict(LAT_TL, PF_DIST=2, P_VIA="regs")),
+    ("a_jit", "v3", dict(LAT_TL, LAUNCH="jit")),
+    ("a_lat_h32", "v3", dict(LAT_TL, BLOCK_H=32, LAT_MIN_SPLIT_TILES=2)),
+    ("a_lat_split2", "v3", dict(LAT_TL, LAT_MIN_SPLIT_TILES=2)),
+    ("g_pf2", "v3", {"LAT_CORE": "gluon", "PF_DIST": 2}),
+    ("g_pf2_m32k", "v3", {"LAT_CORE": "gluon", "PF_DIST": 2, "MERGE_TILE": 32768}),
+    ("g_pf2_latlaunch", "v3", {"LAT_CORE": "gluon", "PF_DIST": 2, "LAT_COMBINE": "launch"}),
+]
+# call 1 ran with BEST == DEFAULT of then (LAT_CORE "same", o stored in the wgmma layout): keep the set as it ran
+CONFIGS_V3 = [(lab, seed, dict({"LAT_CORE": "same", "O_STORE": "mma"} if seed == "v3" else {}, **over))
+              for lab, seed, over in CONFIGS_V3]
+CONFIG_SETS = {"v2": (CONFIGS, "v1_best"), "v3": (CONFIGS_V3, "v2_best"), "v3b": (CONFIGS_V3B, "v2_best")}
 
 
 def full_config(mods, seed, over):
@@ -74,7 +118,7 @@ def check_config(label, seed, over):
     checker, mods = _W["checker"], _W["mods"]
     mod = mods[seed]
     cfg = full_config(mods, seed, over)
-    kernel = mod._mla_split_kv_v2 if seed == "v2" else mod._mla_split_kv
+    kernel = [getattr(mod, k) for k in KERNELS[seed]]
     t0 = time.time()
     rep = {"label": label, "seed": seed, "config": cfg}
     rep.update(checker.check(mod, kernel, cfg, check_shapes(checker.toml, ("shapes", "heldout"))))
@@ -108,12 +152,16 @@ def main():
     ap.add_argument("--rep-ms", type=int, default=40)
     ap.add_argument("--check-timeout", type=float, default=150)
     ap.add_argument("--budget-s", type=float, default=215, help="stop timing (keep what was measured) after this")
-    ap.add_argument("--configs", help="json file: [[label, 'v1'|'v2', {overrides}], ...] instead of CONFIGS")
+    ap.add_argument("--configs", help="json file: [[label, 'v1'|'v2'|'v3', {overrides}], ...] instead of the set")
+    ap.add_argument("--set", default="v2", choices=sorted(CONFIG_SETS))
+    ap.add_argument("--graph-all", action="store_true", help="CUDA-graph figure at every shape, not only B=1")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
-    configs = [tuple(c) for c in json.loads(Path(args.configs).read_text())] if args.configs else CONFIGS
+    configs, base_label = CONFIG_SETS[args.set]
+    if args.configs:
+        configs = [tuple(c) for c in json.loads(Path(args.configs).read_text())]
 
     ctx = mp.get_context("spawn")
     pool = ctx.Pool(min(args.jobs, len(configs)), initializer=_worker_init)
@@ -165,7 +213,7 @@ def main():
                 print(f"  bench failed {r['label']} {name}: {str(e)[:200]}", flush=True)
                 continue
             graph = float("nan")
-            if shape["B"] == 1:     # latency-bound shapes: is the figure GPU time or launch cost?
+            if shape["B"] == 1 or args.graph_all:     # latency-bound shapes: is the figure GPU time or launch cost?
                 try:
                     graph = graph_us(fn)
                 except Exception as e:  # noqa: BLE001
@@ -173,6 +221,7 @@ def main():
             sh = r["shapes"][name]
             rows.append(dict(shape=name, label=r["label"], median_us=med, spread_pct=spread, n=n,
                              gbps=nbytes / med / 1e3, mode=sh["mode"], ns=sh["ns"], host_us=host, graph_us=graph))
+            print(f"    {name} {r['label']} {med:.2f} us (graph {graph:.2f})", flush=True)
         del inp
         torch.cuda.empty_cache()
         print(f"[tune_v2] timed {name} ({time.time() - t_start:.0f}s)", flush=True)
@@ -180,10 +229,10 @@ def main():
     env = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                triton=__import__("triton").__version__, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     lines = []
-    base = {r["shape"]: r["median_us"] for r in rows if r["label"] == "v1_best"}
+    base = {r["shape"]: r["median_us"] for r in rows if r["label"] == base_label}
     for name, _ in timed:
-        lines.append(f"\n{name}  (v1_best {base.get(name, float('nan')):.2f} us)")
-        lines.append(f"  {'config':22s} {'median us':>10s} {'spread%':>8s} {'GB/s':>7s} {'%copy':>6s} {'x v1':>6s} "
+        lines.append(f"\n{name}  ({base_label} {base.get(name, float('nan')):.2f} us)")
+        lines.append(f"  {'config':22s} {'median us':>10s} {'spread%':>8s} {'GB/s':>7s} {'%copy':>6s} {'x base':>6s} "
                      f"{'host us':>8s} {'graph us':>8s}  mode ns")
         for r in sorted([r for r in rows if r["shape"] == name], key=lambda r: r["median_us"]):
             sp = base.get(name, float("nan")) / r["median_us"]
@@ -200,8 +249,8 @@ def main():
         lines.append(f"  {g:8.2f}  {lab:22s} " + " ".join(f"{t:8.2f}" for t in ts))
     table = "\n".join(lines)
     print(table)
-    (out_dir / "sweep_v2.json").write_text(json.dumps(dict(env=env, reports=reports, rows=rows), indent=1))
-    (out_dir / "sweep_v2.txt").write_text(table + "\n")
+    (out_dir / f"sweep_{args.set}.json").write_text(json.dumps(dict(env=env, reports=reports, rows=rows), indent=1))
+    (out_dir / f"sweep_{args.set}.txt").write_text(table + "\n")
     print(f"[tune_v2] total {time.time() - t_start:.0f}s")
 
 

@@ -102,10 +102,12 @@ def compare(out, ref, tol_rel, tol_max):
 
 
 def kernel_info(kernel):
-    """Registers / spills / shared memory of each compiled variant of a @triton.jit kernel."""
+    """Registers / spills / shared memory of each compiled variant of a @triton.jit (or @gluon.jit) kernel,
+    or of each kernel of a list."""
+    kernels = kernel if isinstance(kernel, (list, tuple)) else [kernel]
     try:
-        return [dict(regs=ck.n_regs, spills=ck.n_spills, shared=ck.metadata.shared)
-                for dc in kernel.device_caches.values() for ck in dc[0].values()]
+        return [dict(kernel=k.__name__, regs=ck.n_regs, spills=ck.n_spills, shared=ck.metadata.shared)
+                for k in kernels for dc in k.device_caches.values() for ck in dc[0].values()]
     except Exception as e:  # noqa: BLE001  the interpreter has no compiled kernels
         return str(e)[:100]
 

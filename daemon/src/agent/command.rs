@@ -29,12 +29,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use serde_json::Value;
 
 use super::{Agent, AgentEnv, Proposal};
 use crate::context;
 use crate::projection::GoalProjection;
-use crate::wire::EvaluationRecord;
+use crate::wire::{CommandSettings, EvaluationRecord};
 
 /// Default wall-clock limit of one run of the program.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
@@ -126,22 +125,13 @@ pub struct CommandAgent {
 }
 
 impl CommandAgent {
-    pub fn new(settings: &Value, env: AgentEnv) -> anyhow::Result<CommandAgent> {
-        let argv: Vec<String> = settings
-            .get("command")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default();
+    pub fn new(settings: &CommandSettings, env: AgentEnv) -> anyhow::Result<CommandAgent> {
+        let argv = settings.command.clone();
         if argv.is_empty() {
             bail!("agent `command` has no command to run");
         }
         let timeout = settings
-            .get("timeout_s")
-            .and_then(Value::as_u64)
+            .timeout_s
             .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
         Ok(CommandAgent { argv, timeout, env })
     }
@@ -301,10 +291,6 @@ pub fn workdir_files(
 }
 
 impl Agent for CommandAgent {
-    fn name(&self) -> &'static str {
-        "command"
-    }
-
     fn slow(&self) -> bool {
         true
     }

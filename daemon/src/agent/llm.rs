@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use super::{Agent, AgentEnv, Proposal};
 use crate::context;
 use crate::projection::GoalProjection;
-use crate::wire::{ChatMessage, EvaluationRecord};
+use crate::wire::{ChatMessage, EvaluationRecord, LlmSettings};
 
 /// Default limit of one request (generation of a long module takes a while).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
@@ -33,12 +33,8 @@ pub struct LlmAgent {
 }
 
 impl LlmAgent {
-    pub fn new(settings: &Value, env: AgentEnv) -> anyhow::Result<LlmAgent> {
-        let url = settings
-            .get("url")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .trim_end_matches('/');
+    pub fn new(settings: &LlmSettings, env: AgentEnv) -> anyhow::Result<LlmAgent> {
+        let url = settings.url.trim_end_matches('/');
         if url.is_empty() {
             bail!("agent `llm` has no url");
         }
@@ -50,20 +46,11 @@ impl LlmAgent {
         };
         Ok(LlmAgent {
             endpoint,
-            model: settings
-                .get("model")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
-            api_key_env: settings
-                .get("api_key_env")
-                .and_then(Value::as_str)
-                .unwrap_or("OPENAI_API_KEY")
-                .to_string(),
-            temperature: settings.get("temperature").and_then(Value::as_f64),
+            model: settings.model.clone(),
+            api_key_env: settings.api_key_env.clone(),
+            temperature: settings.temperature,
             timeout: settings
-                .get("timeout_s")
-                .and_then(Value::as_u64)
+                .timeout_s
                 .map_or(DEFAULT_TIMEOUT, Duration::from_secs),
             env,
         })
@@ -142,10 +129,6 @@ fn fenced<'a>(text: &'a str, lang: &str) -> Option<&'a str> {
 }
 
 impl Agent for LlmAgent {
-    fn name(&self) -> &'static str {
-        "llm"
-    }
-
     fn slow(&self) -> bool {
         true
     }
@@ -232,10 +215,14 @@ mod tests {
 
     fn llm_goal(context_bytes: Option<u64>, seed: &str) -> GoalProjection {
         let mut spec = crate::projection::test_spec(seed);
-        spec.agent.kind = "llm".into();
-        if let Some(b) = context_bytes {
-            spec.agent.settings = json!({"context_bytes": b});
-        }
+        spec.agent = crate::wire::AgentSpec::Llm(crate::wire::LlmSettings {
+            url: "http://127.0.0.1:9/v1".into(),
+            model: "m".into(),
+            api_key_env: String::new(),
+            temperature: None,
+            timeout_s: None,
+            context_bytes,
+        });
         GoalProjection::new("g1", spec, 0, 0)
     }
 

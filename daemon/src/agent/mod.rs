@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::projection::GoalProjection;
 use crate::task::Task;
-use crate::wire::{ContextResult, EvaluationRecord};
+use crate::wire::{AgentSpec, ContextResult, EvaluationRecord};
 
 /// The goal restated with the candidate contract: the top of every brief an agent that
 /// writes code gets (GOAL.md for `command`, the system prompt for `llm`).
@@ -53,14 +53,14 @@ pub fn context_view(
     let budget = crate::context::budget(spec);
     let mut view = ContextResult {
         goal: goal.id.clone(),
-        agent: spec.agent.kind.clone(),
+        agent: spec.agent.kind().to_string(),
         text: String::new(),
         messages: Vec::new(),
         files: Vec::new(),
         budget_bytes: budget as u64,
     };
-    match spec.agent.kind.as_str() {
-        "llm" => {
+    match &spec.agent {
+        AgentSpec::Llm(_) => {
             view.messages = llm::messages(goal, history, best_source);
             for m in &view.messages {
                 let _ = writeln!(
@@ -75,9 +75,9 @@ pub fn context_view(
                 }
             }
         }
-        kind => {
+        agent => {
             view.text = crate::context::compact(goal, history, budget);
-            if kind == "command" {
+            if let AgentSpec::Command(_) = agent {
                 // The directory's other files, from the function that writes them.
                 view.files = command::workdir_files(goal, history, best_source)
                     .map(|files| files.into_iter().map(|(name, _)| name))
@@ -111,14 +111,14 @@ pub fn check_new(
     source: &str,
     config: &Value,
 ) -> anyhow::Result<()> {
-    let id = crate::store::candidate_id(source, config);
-    if let Some(prev) = history.iter().find(|r| r.candidate == id) {
+    let id = crate::candidate::CandidateIds::of(source, config);
+    if let Some(prev) = history.iter().find(|r| id.matches(&r.candidate)) {
         anyhow::bail!(
             "the agent proposed a candidate already evaluated at iteration {}",
             prev.iteration
         );
     }
-    if goal.pending.values().any(|p| p.candidate == id) {
+    if goal.pending.values().any(|p| id.matches(&p.candidate)) {
         anyhow::bail!("the agent proposed a candidate already being evaluated");
     }
     Ok(())
@@ -137,7 +137,6 @@ pub struct Proposal {
 }
 
 pub trait Agent: Send + Sync {
-    fn name(&self) -> &'static str;
     /// True for agents that take long (an external program, a remote model): the engine
     /// then proposes without holding the log's commit lock, on a blocking thread.
     fn slow(&self) -> bool {
@@ -165,16 +164,9 @@ pub struct AgentEnv {
 
 /// The agent a goal asks for.
 pub fn for_goal(goal: &GoalProjection, env: AgentEnv) -> anyhow::Result<Box<dyn Agent>> {
-    match goal.spec.agent.kind.as_str() {
-        "search" => Ok(Box::new(search::SearchAgent)),
-        "command" => Ok(Box::new(command::CommandAgent::new(
-            &goal.spec.agent.settings,
-            env,
-        )?)),
-        "llm" => Ok(Box::new(llm::LlmAgent::new(
-            &goal.spec.agent.settings,
-            env,
-        )?)),
-        other => anyhow::bail!("agent kind `{other}` is not available in this build"),
+    match &goal.spec.agent {
+        AgentSpec::Search(_) => Ok(Box::new(search::SearchAgent)),
+        AgentSpec::Command(settings) => Ok(Box::new(command::CommandAgent::new(settings, env)?)),
+        AgentSpec::Llm(settings) => Ok(Box::new(llm::LlmAgent::new(settings, env)?)),
     }
 }

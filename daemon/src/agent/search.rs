@@ -19,8 +19,8 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::{Agent, Proposal};
+use crate::candidate::CandidateIds;
 use crate::projection::GoalProjection;
-use crate::store::candidate_id;
 use crate::wire::EvaluationRecord;
 
 pub struct SearchAgent;
@@ -190,10 +190,6 @@ fn rng_for(goal: &str, iteration: u64) -> StdRng {
 }
 
 impl Agent for SearchAgent {
-    fn name(&self) -> &'static str {
-        "search"
-    }
-
     fn propose(
         &self,
         goal: &GoalProjection,
@@ -240,7 +236,10 @@ impl Agent for SearchAgent {
             .map(|r| r.candidate.as_str())
             .chain(goal.pending.values().map(|p| p.candidate.as_str()))
             .collect();
-        let fresh = |s: &SeedSpace, c: &Value| !tried.contains(candidate_id(s.source, c).as_str());
+        let fresh = |s: &SeedSpace, c: &Value| {
+            let ids = CandidateIds::of(s.source, c);
+            !tried.contains(ids.canonical.as_str()) && !tried.contains(ids.legacy.as_str())
+        };
         let propose = |s: &SeedSpace, c: Value, note: String| Proposal {
             seed: s.name.to_string(),
             config: c,
@@ -422,7 +421,7 @@ mod tests {
     fn record(iter: u64, config: Value) -> EvaluationRecord {
         EvaluationRecord {
             iteration: iter,
-            candidate: candidate_id("src", &config),
+            candidate: crate::candidate::candidate_id("src", &config),
             seed: "a.py".into(),
             config,
             source_hash: None,

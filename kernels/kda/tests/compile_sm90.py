@@ -116,6 +116,32 @@ def compile_v2(mod, cfg, scan=True):
     return rows
 
 
+def compile_v3(mod, cfg, scan=True):
+    import torch
+    K, V = SHAPE["K"], SHAPE["V"]
+    ptr = {n: "*bf16" for n in ("q", "k", "v", "beta", "q_hat", "k_hat", "w", "u_tilde", "p_mat", "o")}
+    ptr.update({n: "*fp32" for n in ("g", "gamma", "h0", "h_final", "a_scr")})
+    ptr["scale"] = "fp32"
+    split = cfg["INV"] == "split"
+    pa = mod.prep_args(torch.empty(0, dtype=torch.bfloat16), cfg)
+    ce = dict(K=K, V=V, C=cfg["C"], BC=cfg["BC"], BK=min(cfg["BK"], K), BVP=min(cfg["BVP"], V),
+              SPLIT=split, **pa)
+    launch = mod.prep_launch(cfg)
+    ck = _compile(mod._kda_prep_v3, ptr, ce, launch.pop("num_warps"), 1, **launch)
+    rows = [_resources(ck, "v3._kda_prep_v3")]
+    if split:
+        ck = _compile(mod._kda_inv_wu, ptr, dict(K=K, V=V, C=cfg["C"], BVP=min(cfg["BVP"], V),
+                                                 INV_DOT=cfg["INV_DOT"], INV_ALGO=cfg["INV_ALGO"]),
+                      cfg["INV_WARPS"], 1)
+        rows.append(_resources(ck, "v3._kda_inv_wu"))
+    if scan:
+        bv = 32 if cfg["BV"] == "auto" else cfg["BV"]
+        ck = _compile(mod._kda_scan, ptr, dict(K=K, V=V, C=cfg["C"], BV=bv, HAS_H0=False,
+                                               STAGES=cfg["SCAN_STAGES"]), cfg["SCAN_WARPS"], 1)
+        rows.append(_resources(ck, "v3._kda_scan"))
+    return rows
+
+
 def main():
     try:
         import triton.backends.nvidia  # noqa: F401
@@ -140,7 +166,21 @@ def main():
         cfg = dict(mod.BEST)
         cfg.update({k: v for k, v in over.items() if k in cfg})
         v2 = hasattr(mod, "_kda_prep_v2")
-        rows = compile_v2(mod, cfg) if v2 else compile_v1(mod, cfg)
+        if hasattr(mod, "_kda_prep_v3"):
+            rows = compile_v3(mod, cfg)
+            for key in (("BK", "PREP_WARPS", "MAXNREG", "PREP_STAGES", "BVP", "AP_DOT", "INV", "INV_DOT", "INV_ALGO")
+                        if sweep else ()):
+                for val in mod.SPACE[key]:
+                    if val != cfg[key]:
+                        try:
+                            rs = compile_v3(mod, dict(cfg, **{key: val}), scan=False)
+                        except Exception as e:
+                            rs = [dict(kernel="v3._kda_prep_v3", error=f"{type(e).__name__}: {str(e)[:300]}")]
+                        for r in rs:
+                            r["vary"] = {key: val}
+                        rows += rs
+        else:
+            rows = compile_v2(mod, cfg) if v2 else compile_v1(mod, cfg)
         for r in rows:
             r["config"] = {k: cfg[k] for k in cfg if k not in ("C", "BC")}
         out += rows

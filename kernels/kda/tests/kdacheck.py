@@ -42,3 +42,21 @@ def run(seed, inputs, cfg):
            "final_state": torch.full((B, H, K, V), float("nan"), dtype=torch.float32)}
     seed.kda(inputs, out, cfg)
     return out
+
+
+def assert_space_declared(seed):
+    """BEST == DEFAULT, both inside the declared SPACE, key for key."""
+    assert set(seed.BEST) == set(seed.SPACE) and seed.DEFAULT == seed.BEST
+    for k, v in seed.BEST.items():
+        assert v in seed.SPACE[k], k
+
+
+def static_violations(path: Path, banned_calls):
+    """The harness's static rules on a seed's source (None when the checker is not importable)."""
+    import sys
+    sys.path.insert(0, str(TASK_DIR.parents[1]))
+    try:
+        from kernels.harness.static_check import check_source
+    except ImportError:
+        return None
+    return [str(x) for x in check_source(path.read_text(), banned_calls=banned_calls)]

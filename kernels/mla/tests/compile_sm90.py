@@ -2,7 +2,8 @@
 
     python3 compile_sm90.py SEED.py '[{"B": 64, "S": 8192, "config": {...}}, ...]' [DUMP_DIR]
 
-Works for seeds/splitkv.py (v1) and seeds/splitkv_v2.py. TRITON_INTERPRET must be unset. Per case:
+Works for seeds/splitkv.py (v1), seeds/splitkv_v2.py and seeds/splitkv_v3.py (whose plan picks its Gluon or its
+tl core; the row's "core" says which). TRITON_INTERPRET must be unset. Per case:
 launch plan (mode, splits), registers / spills / shared memory (cuobjdump of the cubin, Triton's
 bundled copy), and what the PTX uses: wgmma, its waits, cp.async, TMA (cp.async.bulk.tensor),
 plain 16-byte global loads. With DUMP_DIR the TTGIR / PTX / SASS of every case are written there.
@@ -19,17 +20,26 @@ import tempfile
 import torch
 
 
-def _compile(fn, types: dict, constexprs: dict, num_warps: int, num_stages: int):
+def _compile(fn, types: dict, constexprs: dict, num_warps: int, num_stages: int, gluon: bool = False):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.experimental.gluon._runtime import GluonASTSource
 
+    constexprs = {k: v for k, v in constexprs.items() if k in fn.arg_names}
     sig = {n: ("constexpr" if n in constexprs else types.get(n, "i32")) for n in fn.arg_names}
     # what the launcher specialises at run time: 16-byte aligned pointers and strides
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
              if n.endswith("_ptr") or n.startswith("stride_")}
-    return triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
-                          target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_stages=num_stages))
+    src = (GluonASTSource if gluon else ASTSource)(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_stages=num_stages))
+
+
+def _tensordesc(block):
+    """Signature type of a host TensorDescriptor argument (bf16, the seed's NVMMA shared layout)."""
+    from triton.experimental.gluon import language as gl
+    lay = gl.NVMMASharedLayout.get_default_for(list(block), gl.bfloat16)
+    return "tensordesc<bf16[%s],%s>" % (",".join(map(str, block)), lay)
 
 
 def _resources(cubin: bytes) -> dict:
@@ -68,9 +78,10 @@ def main():
     spec.loader.exec_module(mod)
     mod._SM_COUNT[0] = 132                     # an H200
     dump = sys.argv[3] if len(sys.argv) > 3 else None
-    v2 = hasattr(mod, "_mla_split_kv_v2")
-    split_fn = mod._mla_split_kv_v2 if v2 else mod._mla_split_kv
-    merge_fn = mod._mla_merge_v2 if v2 else mod._mla_merge
+    v3 = hasattr(mod, "_split_gluon")
+    v2 = v3 or hasattr(mod, "_mla_split_kv_v2")
+    split_fn = mod._split_tl if v3 else mod._mla_split_kv_v2 if v2 else mod._mla_split_kv
+    merge_fn = mod._merge if v3 else mod._mla_merge_v2 if v2 else mod._mla_merge
     out = []
     for case in json.loads(sys.argv[2]):
         B, S, H = case["B"], case["S"], case.get("H", 64)
@@ -85,11 +96,20 @@ def main():
                   BLOCK_DR=P["BLOCK_DR"], EVEN_N=(S % P["BLOCK_N"] == 0), MODE=P["mode"],
                   HC=P["HC"], DC=P["DC"], BLOCK_S=P["BLOCK_S"])
         if v2:
-            ce.update(STRIDE_QH=576, STRIDE_KN=576, MASK_D=False, MASK_HD=P["MASK_HD"], PREFETCH_REGS=P["PREFETCH_REGS"], PACK=P["PACK"])
+            ce.update(STRIDE_QH=576, STRIDE_KN=576, MASK_D=False, MASK_HD=P["MASK_HD"],
+                      PREFETCH_REGS=P.get("PREFETCH_REGS"), PACK=P.get("PACK"))
         else:
             ce.update(EVEN_D=True)
-        k = _compile(split_fn, types, ce, P["num_warps"], P["num_stages"])
-        row = dict(B=B, S=S, H=H, config=case.get("config", {}), mode=P["mode"], ns=P["ns"],
+        gluon = P.get("core") == "gluon"
+        if gluon:
+            bn = P["BLOCK_N"]
+            types.update(kv_ptr="*bf16", q_desc_n=_tensordesc((64, 512)), q_desc_r=_tensordesc((64, 64)),
+                         kv_desc_n=_tensordesc((bn, 512)), kv_desc_r=_tensordesc((bn, 64)))
+            ce.update(STAGES=P["stages"], P_SMEM=P["P_SMEM"], PF_DIST=P["PF_DIST"], COALESCE_O=P["COALESCE_O"], ML=P["ML"])
+            k = _compile(mod._split_gluon, types, ce, 8, 1, gluon=True)
+        else:
+            k = _compile(split_fn, types, ce, P["num_warps"], P.get("stages", P.get("num_stages")))
+        row = dict(B=B, S=S, H=H, config=case.get("config", {}), core=P.get("core", "tl"), mode=P["mode"], ns=P["ns"],
                    shared=k.metadata.shared, **_resources(k.asm["cubin"]), **_ptx_features(k.asm["ptx"]))
         if P["mode"] == mod.MODE_LAUNCH:
             hc, dc = (P["HC2"], P["DC2"]) if v2 else mod._merge_shape(P["BLOCK_S"], 16 if B * H > 256 else 1, 512, 8192)

@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 __all__ = ["TASK_DIR", "TOML", "SEEDS", "TOL", "task", "load_seed", "outputs", "run", "check", "ref_any_dims",
-           "static_violations", "compile_sm90"]
+           "static_violations", "compile_sm90", "check_space", "smoke_case"]
 
 TASK_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TASK_DIR))
@@ -58,6 +58,28 @@ def check(out, ref, tol):
         rel = ((a - r).norm() / r.norm()).item()
         mx = ((a - r).abs().max() / r.abs().max()).item()
         assert rel <= rel_tol and mx <= max_tol, f"{k}: rel_rmse {rel:.2e}, max {mx:.2e}"
+
+
+def check_space(mod, configs):
+    """DEFAULT and BEST set every SPACE key to one of its values; every test config uses SPACE values only."""
+    for name in ("DEFAULT", "BEST"):
+        cfg = getattr(mod, name)
+        assert set(cfg) == set(mod.SPACE), name
+        for k, v in cfg.items():
+            assert v in mod.SPACE[k], f"{name}[{k}]={v} not in SPACE"
+    for cfg in configs:
+        for k, v in cfg.items():
+            assert v in mod.SPACE[k], f"{k}={v} not in SPACE"
+
+
+def smoke_case(mod, shape_name, cfg, dtype, seed, calls=1):
+    """One smoke shape through a seed (`calls` times: later calls reuse its cached plans, scratch and counters),
+    each checked against the oracle."""
+    shape = TOML["smoke"][shape_name]
+    inputs = task.make_inputs(shape, seed, "cpu", dtype)
+    ref = task.reference(**inputs)
+    for _ in range(calls):
+        check(run(mod, inputs, task.output_spec(shape, inputs), cfg), ref, TOL[dtype])
 
 
 def ref_any_dims(q, kv, scale, dl):

@@ -13,7 +13,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from mlacheck import TASK_DIR, TOL, TOML, check, compile_sm90, load_seed, outputs, ref_any_dims, run, static_violations, task  # noqa: E402,E501
+from mlacheck import TASK_DIR, TOL, TOML, check, check_space, compile_sm90, load_seed, outputs, ref_any_dims, smoke_case, static_violations, task  # noqa: E402,E501
 
 V2 = TASK_DIR / "seeds" / "splitkv_v2.py"
 MOD = load_seed(V2)
@@ -30,24 +30,14 @@ CONFIGS = [
 ]
 
 def test_space_default_best():
-    for name in ("DEFAULT", "BEST"):
-        cfg = getattr(MOD, name)
-        assert set(cfg) == set(MOD.SPACE), name
-        for k, v in cfg.items():
-            assert v in MOD.SPACE[k], f"{name}[{k}]={v} not in SPACE"
-    for cfg in CONFIGS:
-        for k, v in cfg.items():
-            assert v in MOD.SPACE[k], f"{k}={v} not in SPACE"
+    check_space(MOD, CONFIGS)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
 @pytest.mark.parametrize("shape_name", list(TOML["smoke"]))
 @pytest.mark.parametrize("ci", range(len(CONFIGS)))
 def test_smoke(dtype, shape_name, ci):
-    shape = TOML["smoke"][shape_name]
-    inputs = task.make_inputs(shape, 17 + ci, "cpu", dtype)
-    out = run(MOD, inputs, task.output_spec(shape, inputs), CONFIGS[ci])
-    check(out, task.reference(**inputs), TOL[dtype])
+    smoke_case(MOD, shape_name, CONFIGS[ci], dtype, 17 + ci)
 
 
 def test_paths_are_exercised():

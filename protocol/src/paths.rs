@@ -33,7 +33,7 @@ impl SocketEnv {
             xdg_runtime_dir: std::env::var_os("XDG_RUNTIME_DIR")
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from),
-            uid: nix::unistd::Uid::effective().as_raw(),
+            uid: effective_uid(),
             exists: |p| p.exists(),
         }
     }
@@ -71,9 +71,14 @@ pub fn choose_socket(env: &SocketEnv) -> SocketChoice {
     SocketChoice { chosen, tried }
 }
 
+fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 /// The state directory of a daemon started without `--state-dir`.
 pub fn default_state_dir() -> PathBuf {
-    if nix::unistd::Uid::effective().is_root() {
+    if effective_uid() == 0 {
         return PathBuf::from(SYSTEM_STATE_DIR);
     }
     if let Some(dir) = std::env::var_os("XDG_STATE_HOME") {

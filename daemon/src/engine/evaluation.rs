@@ -1,0 +1,370 @@
+//! The worker's side of an iteration: describing seeds, evaluating a candidate (with an
+//! abort when the lease is cancelled), and recording the result and a new best.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::{Engine, ABORT_GRACE};
+use crate::harness::{Worker, WorkerError};
+use crate::projection::Pending;
+use crate::store::NewEvent;
+use crate::wire::*;
+use kerneld_protocol::worker;
+
+/// A `describe` of a seed (static checks + import) must answer within this.
+const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Correctness seeds per evaluation.
+const SEEDS_PER_EVALUATION: usize = 3;
+/// A device drained for throttling during a measurement is retried after this.
+const THROTTLE_COOLDOWN: Duration = Duration::from_secs(60);
+
+impl Engine {
+    /// Describes every seed the log has no description of yet (once per goal, ever).
+    /// False when the lease should end (cancelled, or the worker was lost).
+    pub(super) async fn describe_seeds(
+        &self,
+        goal: &str,
+        slot: usize,
+        worker: &mut Option<Worker>,
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<bool> {
+        let (spec, known) = {
+            let st = self.state.lock().unwrap();
+            let rt = st
+                .goals
+                .get(goal)
+                .ok_or_else(|| anyhow!("goal {goal} vanished"))?;
+            (
+                rt.proj.spec.clone(),
+                rt.proj.seeds.keys().cloned().collect::<BTreeSet<_>>(),
+            )
+        };
+        for seed in spec.seeds.iter().filter(|s| !known.contains(&s.name)) {
+            let path = self.source_file(&seed.source)?;
+            let req = worker::Request::Describe(worker::Describe {
+                task_dir: spec.task_dir.clone(),
+                candidate: path.display().to_string(),
+            });
+            let w = worker.as_mut().expect("ensured");
+            let reply = tokio::select! {
+                r = ask::<worker::Described>(w, &req, DESCRIBE_TIMEOUT) => r,
+                _ = cancel.cancelled() => { Self::discard(worker).await; return Ok(false); }
+            };
+            let (space, default, rejected) = match reply {
+                Ok(Ok(d)) => {
+                    let rejected = d.rejection();
+                    let or_empty = |v: Value| if v.is_null() { json!({}) } else { v };
+                    (or_empty(d.space), or_empty(d.default), rejected)
+                }
+                Ok(Err(msg)) => (json!({}), json!({}), Some(msg)),
+                Err(e) => {
+                    // The worker died or hung importing the seed: record it as a rejection
+                    // of that seed rather than retrying forever.
+                    Self::discard(worker).await;
+                    (json!({}), json!({}), Some(format!("describe failed: {e}")))
+                }
+            };
+            self.commit(vec![NewEvent::goal(
+                goal,
+                EventKind::SeedDescribed {
+                    seed: seed.name.clone(),
+                    space,
+                    default,
+                    rejected,
+                },
+            )])
+            .await?;
+            if worker.is_none() && !self.ensure_worker(slot, worker, cancel).await {
+                return Ok(false);
+            }
+        }
+        // Every seed rejected: the goal cannot make progress.
+        let rejections: Option<Vec<String>> = {
+            let st = self.state.lock().unwrap();
+            let rt = st
+                .goals
+                .get(goal)
+                .ok_or_else(|| anyhow!("goal {goal} vanished"))?;
+            let all_rejected = rt.proj.seeds.len() == rt.proj.spec.seeds.len()
+                && rt.proj.seeds.values().all(|s| s.rejected.is_some());
+            all_rejected.then(|| {
+                rt.proj
+                    .seeds
+                    .iter()
+                    .map(|(n, s)| format!("{n}: {}", s.rejected.clone().unwrap_or_default()))
+                    .collect()
+            })
+        };
+        if let Some(r) = rejections {
+            let guard = self.commit_lock.lock().await;
+            self.finish_goal(
+                &guard,
+                goal,
+                GoalState::Failed,
+                format!("every seed was rejected: {}", r.join("; ")),
+            )
+            .await?;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Runs the evaluation. None: it was aborted (and the abort is recorded).
+    pub(super) async fn evaluate(
+        &self,
+        goal: &str,
+        slot: usize,
+        p: &Pending,
+        worker: &mut Option<Worker>,
+        cancel: &CancellationToken,
+        why: &Mutex<Option<String>>,
+    ) -> anyhow::Result<Option<EvalResult>> {
+        let source = self.candidate_source(goal, &p.seed, p.source_hash.as_deref())?;
+        let path = self.source_file(&source)?;
+        let spec = self.state.lock().unwrap().goals[goal].proj.spec.clone();
+        // Fresh correctness seeds for every evaluation (and every attempt), reproducible from the log.
+        let base = u64::from_str_radix(&p.candidate[..8.min(p.candidate.len())], 16).unwrap_or(0);
+        let seeds: Vec<u64> = (0..SEEDS_PER_EVALUATION as u64)
+            .map(|i| {
+                (base ^ (p.iteration << 20) ^ ((p.attempts as u64) << 40)).wrapping_add(i * 7919)
+                    % 1_000_000_007
+            })
+            .collect();
+        // No timing: the harness's DEFAULT_TIMING is the one definition (goals override none yet).
+        let req = worker::Request::Evaluate(worker::Evaluate {
+            task_dir: spec.task_dir.clone(),
+            candidate: path.display().to_string(),
+            config: p.config.clone(),
+            shapes: spec.shapes.clone(),
+            baseline: spec.baseline.clone(),
+            seeds,
+            timing: worker::Timing::default(),
+            profile: true,
+        });
+        let device = self.slot_uuid(slot);
+        if worker.is_none() && !self.ensure_worker(slot, worker, cancel).await {
+            self.abort(goal, p, &device, "no worker could be started")
+                .await?;
+            return Ok(None);
+        }
+        let started = Instant::now();
+        let w = worker.as_mut().expect("ensured");
+        let reply = tokio::select! {
+            r = ask_raw::<worker::Evaluated>(w, &req, self.config().eval_timeout) => r,
+            _ = cancel.cancelled() => {
+                // Pause, cancel, completion or shutdown: the GPU is freed at once. The
+                // worker abandons the evaluation and stays; one that does not answer
+                // (a kernel that never returns) is killed.
+                let kept = match worker.as_mut() {
+                    Some(w) if !self.stopping.is_cancelled() => w.interrupt(ABORT_GRACE).await,
+                    _ => false,
+                };
+                if !kept {
+                    Self::discard(worker).await;
+                }
+                let why = why.lock().unwrap().clone().unwrap_or_else(|| "daemon stopping".into());
+                self.abort(goal, p, &device, &why).await?;
+                return Ok(None);
+            }
+        };
+        let elapsed = started.elapsed().as_secs_f64();
+        let result = match reply {
+            Ok(Ok(reply)) => {
+                // A CUDA error poisoned the worker's context: it answered, and exits;
+                // the next evaluation gets a fresh one.
+                if reply.fatal {
+                    Self::discard(worker).await;
+                }
+                match reply.into_body() {
+                    Ok(worker::Evaluated {
+                        result: Some(mut r),
+                    }) => {
+                        if r.elapsed_s <= 0.0 {
+                            r.elapsed_s = elapsed;
+                        }
+                        r
+                    }
+                    Ok(worker::Evaluated { result: None }) => EvalResult::failure(
+                        ResultClass::Error,
+                        "the worker's reply had no result",
+                        elapsed,
+                    ),
+                    Err(msg) => EvalResult::failure(ResultClass::Error, msg, elapsed),
+                }
+            }
+            Ok(Err(e)) => EvalResult::failure(
+                ResultClass::Error,
+                format!("unreadable result from the worker: {e}"),
+                elapsed,
+            ),
+            Err(WorkerError::Timeout(t)) => {
+                Self::discard(worker).await;
+                EvalResult::failure(
+                    ResultClass::TimedOut,
+                    format!(
+                        "no result within {}s; the worker's process group was killed",
+                        t.as_secs()
+                    ),
+                    elapsed,
+                )
+            }
+            Err(WorkerError::Died { status, stderr }) => {
+                Self::discard(worker).await;
+                EvalResult::failure(
+                    ResultClass::Crashed,
+                    format!("the worker died ({status}); its last output:\n{stderr}"),
+                    elapsed,
+                )
+            }
+            Err(e) => {
+                Self::discard(worker).await;
+                EvalResult::failure(ResultClass::Error, e.to_string(), elapsed)
+            }
+        };
+        Ok(Some(result))
+    }
+
+    pub(super) async fn abort(
+        &self,
+        goal: &str,
+        p: &Pending,
+        device: &str,
+        reason: &str,
+    ) -> anyhow::Result<()> {
+        self.commit(vec![NewEvent::goal(
+            goal,
+            EventKind::EvaluationAborted {
+                iteration: p.iteration,
+                candidate: p.candidate.clone(),
+                device: device.to_string(),
+                reason: reason.to_string(),
+            },
+        )])
+        .await?;
+        let mut st = self.state.lock().unwrap();
+        if let Some(rt) = st.goals.get_mut(goal) {
+            rt.active.remove(&p.iteration);
+        }
+        Ok(())
+    }
+
+    /// Records a result (and a new best, when it beats the old one beyond the noise),
+    /// then applies the stop rules.
+    pub(super) async fn record(
+        &self,
+        goal: &str,
+        slot: usize,
+        p: &Pending,
+        result: EvalResult,
+    ) -> anyhow::Result<()> {
+        let guard = self.commit_lock.lock().await;
+        let device = self.slot_uuid(slot);
+        let prev = self.state.lock().unwrap().goals[goal].proj.best.clone();
+        let mut items = Vec::new();
+        let new_best = result
+            .is_scored()
+            .then(|| result.speedup.unwrap())
+            .and_then(|s| {
+                let spread = result.spread_pct.unwrap_or(0.0).max(0.0);
+                let better = match &prev {
+                    None => true,
+                    Some(b) => s > b.speedup * (1.0 + spread.max(b.spread_pct) / 100.0),
+                };
+                better.then(|| BestSummary {
+                    candidate: p.candidate.clone(),
+                    seed: p.seed.clone(),
+                    // what ran, defaults filled in: the `BEST` a user takes must run as is
+                    config: result.config.clone().unwrap_or_else(|| p.config.clone()),
+                    speedup: s,
+                    spread_pct: spread,
+                    iteration: p.iteration,
+                    interpreted: result.interpreted,
+                })
+            });
+        // A throttled measurement drains the device for a cool-down.
+        let throttled = result
+            .device
+            .get("throttle_reasons")
+            .and_then(Value::as_array)
+            .is_some_and(|a| {
+                a.iter().any(|r| {
+                    r.as_str()
+                        .is_some_and(|s| s.contains("thermal") || s.contains("power"))
+                })
+            });
+        items.push(NewEvent::goal(
+            goal,
+            EventKind::EvaluationFinished {
+                iteration: p.iteration,
+                candidate: p.candidate.clone(),
+                device: device.clone(),
+                result,
+            },
+        ));
+        if let Some(best) = new_best {
+            items.push(NewEvent::goal(
+                goal,
+                EventKind::NewBest {
+                    best,
+                    previous: prev.map(|b| b.speedup),
+                },
+            ));
+        }
+        if throttled {
+            items.push(NewEvent::daemon(EventKind::DeviceHealth {
+                device: device.clone(),
+                health: Health::Drained,
+                reason: Some("thermal or power throttling during a measurement".into()),
+            }));
+        }
+        self.append(&guard, items).await?;
+        {
+            let mut st = self.state.lock().unwrap();
+            if let Some(rt) = st.goals.get_mut(goal) {
+                rt.active.remove(&p.iteration);
+                rt.exhausted = false;
+            }
+            let s = &mut st.slots[slot];
+            s.evaluations += 1;
+            if throttled {
+                s.health = Health::Drained;
+                s.health_reason =
+                    Some("thermal or power throttling during a measurement; cooling down".into());
+                s.not_before = Some(Instant::now() + THROTTLE_COOLDOWN);
+            }
+        }
+        if let Some((state, reason)) = self.stop_rule(goal) {
+            self.finish_goal(&guard, goal, state, reason).await?;
+        }
+        Ok(())
+    }
+}
+
+/// A typed request over the worker's line transport: the reply as `Reply<T>`, or why it
+/// could not be read as one (`Ok(Err)`), or the transport's failure.
+async fn ask_raw<T: serde::de::DeserializeOwned>(
+    w: &mut Worker,
+    req: &worker::Request,
+    timeout: Duration,
+) -> Result<Result<worker::Reply<T>, String>, WorkerError> {
+    let line = serde_json::to_value(req).expect("worker requests serialize");
+    let v = w.call(line, timeout).await?;
+    Ok(serde_json::from_value(v).map_err(|e| e.to_string()))
+}
+
+/// `ask_raw`, with a refused or unreadable reply as one message.
+async fn ask<T: serde::de::DeserializeOwned>(
+    w: &mut Worker,
+    req: &worker::Request,
+    timeout: Duration,
+) -> Result<Result<T, String>, WorkerError> {
+    Ok(match ask_raw::<T>(w, req, timeout).await? {
+        Ok(reply) => reply.into_body(),
+        Err(e) => Err(format!("unreadable reply from the worker: {e}")),
+    })
+}

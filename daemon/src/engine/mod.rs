@@ -1,0 +1,443 @@
+//! The engine: goals, evaluation slots, and the optimization loop that joins them.
+//!
+//! Its rooms, in the order one iteration passes through them (ARCHITECTURE.md has the
+//! picture):
+//! - `dispatch`: the scheduler loop: hands a free slot to a goal (a lease) and runs it;
+//! - `slots`: evaluation slots and their harness workers (start, warm, health);
+//! - `iteration`: one lease = one iteration: take work (a pending candidate, else the
+//!   agent's proposal), commit `CandidateProposed` + `EvaluationStarted`;
+//! - `evaluation`: the worker evaluates; `EvaluationFinished` (+ `NewBest`) committed;
+//! - `stop`: stop rules and budgets, ending a goal and its leases;
+//! - `auth`: who may name tasks by path, run commands, change a goal;
+//! - `ops/`: one file per RPC operation (the control plane). Internal code never calls
+//!   an operation; operations and internals share the helpers here and in the rooms.
+//!
+//! Invariants:
+//! - Every change of state is an event committed through `Engine::append` before it is
+//!   acted on or acknowledged; the in-memory projections are updated from the very
+//!   events committed, in sequence order (appends are serialized by `commit_lock`).
+//! - A slot has at most one lease; a lease's worker is owned by the lease task while it
+//!   runs and handed back (or killed) when it ends.
+//! - `state` (a std mutex) is never held across an await.
+
+mod auth;
+mod dispatch;
+mod evaluation;
+mod iteration;
+pub(crate) mod ops;
+mod slots;
+mod sources;
+mod stop;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{broadcast, Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::gpu::{DeviceInfo, DeviceLayer};
+use crate::harness::Worker;
+use crate::projection::GoalProjection;
+use crate::store::{now_ms, NewEvent, Store};
+use crate::wire::*;
+
+/// How long a worker may take to abandon an evaluation (pause, cancel) before it is killed.
+const ABORT_GRACE: Duration = Duration::from_secs(3);
+
+/// An error an RPC handler returns: a JSON-RPC error code and a message for people.
+pub type RpcResult<T> = Result<T, RpcError>;
+
+fn rpc_err(code: i64, msg: impl Into<String>) -> RpcError {
+    RpcError::new(code, msg)
+}
+
+fn internal(e: impl std::fmt::Display) -> RpcError {
+    rpc_err(code::INTERNAL_ERROR, format!("internal error: {e}"))
+}
+
+struct LeaseRt {
+    slot: usize,
+    cancel: CancellationToken,
+    /// Why it was cancelled, written just before `cancel` fires (None: daemon stopping).
+    why: Arc<Mutex<Option<String>>>,
+}
+
+struct GoalRt {
+    proj: GoalProjection,
+    leases: Vec<LeaseRt>,
+    /// Pending iterations a lease is evaluating right now.
+    active: BTreeSet<u64>,
+    served: u64,
+    /// The agent had nothing new; cleared when a result lands (it may open new neighbours).
+    exhausted: bool,
+    /// Agent failures in a row (a program that crashed, timed out, proposed a repeat).
+    agent_failures: u32,
+    /// No lease before this instant (back-off after an agent failure).
+    not_before: Option<Instant>,
+}
+
+impl GoalRt {
+    fn new(proj: GoalProjection) -> GoalRt {
+        GoalRt {
+            proj,
+            leases: Vec::new(),
+            active: BTreeSet::new(),
+            served: 0,
+            exhausted: false,
+            agent_failures: 0,
+            not_before: None,
+        }
+    }
+}
+
+struct Slot {
+    info: DeviceInfo,
+    health: Health,
+    health_reason: Option<String>,
+    /// Not before this instant (worker start back-off, throttle cool-down).
+    not_before: Option<Instant>,
+    start_failures: u32,
+    /// A worker is being started ahead of need (at start, after a kill); no lease meanwhile.
+    warming: bool,
+    worker: Option<Worker>,
+    worker_pid: Option<u32>,
+    lease: Option<LeaseInfo>,
+    leased_at: Option<Instant>,
+    evaluations: u64,
+    busy: Duration,
+}
+
+struct State {
+    goals: BTreeMap<String, GoalRt>,
+    slots: Vec<Slot>,
+}
+
+pub struct Engine {
+    cfg: std::sync::RwLock<Config>,
+    store: Arc<Store>,
+    devices: Arc<dyn DeviceLayer>,
+    state: Mutex<State>,
+    /// Serializes appends, so projections apply events in sequence order, and makes
+    /// "look at the goal, then commit" steps atomic.
+    commit_lock: tokio::sync::Mutex<()>,
+    wake: Notify,
+    events: broadcast::Sender<Event>,
+    stopping: CancellationToken,
+    /// Cancelled when the daemon cannot go on (the event log became unwritable): `run`
+    /// stops and returns the reason, so the process exits non-zero and systemd restarts it.
+    fatal: CancellationToken,
+    fatal_reason: Mutex<Option<String>>,
+    /// Called on every scheduler tick with a one-line status (systemd watchdog + STATUS=):
+    /// a scheduler that stops ticking stops the pings.
+    on_tick: Mutex<Option<TickFn>>,
+    started: Instant,
+}
+
+/// What the scheduler calls on each tick, with a one-line status of the daemon.
+pub type TickFn = Box<dyn Fn(&str) + Send + Sync>;
+
+/// Proof that the caller holds `commit_lock`.
+type CommitGuard<'a> = tokio::sync::MutexGuard<'a, ()>;
+
+impl Engine {
+    /// Rebuilds the state from the store's projections (no replay of the log) and
+    /// records the start. Goals that were running are running again; their pending
+    /// evaluations run first.
+    pub async fn start(
+        cfg: Config,
+        store: Arc<Store>,
+        devices: Arc<dyn DeviceLayer>,
+        stopping: CancellationToken,
+    ) -> anyhow::Result<Arc<Engine>> {
+        let goals = {
+            let s = store.clone();
+            tokio::task::spawn_blocking(move || s.goals()).await??
+        };
+        let slots = devices
+            .devices()
+            .into_iter()
+            .map(|info| Slot {
+                info,
+                health: Health::Healthy,
+                health_reason: None,
+                not_before: None,
+                start_failures: 0,
+                warming: false,
+                worker: None,
+                worker_pid: None,
+                lease: None,
+                leased_at: None,
+                evaluations: 0,
+                busy: Duration::ZERO,
+            })
+            .collect();
+        let mut map = BTreeMap::new();
+        for proj in goals {
+            map.insert(proj.id.clone(), GoalRt::new(proj));
+        }
+        let (events, _) = broadcast::channel(4096);
+        let engine = Arc::new(Engine {
+            cfg: std::sync::RwLock::new(cfg),
+            store,
+            devices,
+            state: Mutex::new(State { goals: map, slots }),
+            commit_lock: tokio::sync::Mutex::new(()),
+            wake: Notify::new(),
+            events,
+            stopping,
+            fatal: CancellationToken::new(),
+            fatal_reason: Mutex::new(None),
+            on_tick: Mutex::new(None),
+            started: Instant::now(),
+        });
+        let mode = engine.devices.mode().to_string();
+        // The log's last event is the last moment this daemon is known to have been alive
+        // (a clean stop records one; after a crash it is a little early). Running goals'
+        // wall clocks skip the time between it and now: a budget of "10h" means ten hours
+        // of optimizing, not ten hours of which the machine was off for six.
+        let last_alive = {
+            let s = engine.store.clone();
+            tokio::task::spawn_blocking(move || s.last_events(None, 1))
+                .await??
+                .last()
+                .map(|e| e.time_ms)
+        };
+        let now = now_ms();
+        let mut items = vec![NewEvent::daemon(EventKind::DaemonStarted {
+            version: env!("CARGO_PKG_VERSION").into(),
+            pid: std::process::id(),
+            mode,
+        })];
+        if let Some(from_ms) = last_alive.filter(|&t| t < now) {
+            let running: Vec<String> = engine
+                .state
+                .lock()
+                .unwrap()
+                .goals
+                .values()
+                .filter(|g| g.proj.running_since_ms.is_some())
+                .map(|g| g.proj.id.clone())
+                .collect();
+            for goal in running {
+                items.push(NewEvent::goal(
+                    &goal,
+                    EventKind::Downtime {
+                        from_ms,
+                        to_ms: now,
+                    },
+                ));
+            }
+        }
+        engine.commit(items).await?;
+        Ok(engine)
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// The configuration in force (SIGHUP or an edit of the file may change it).
+    pub fn config(&self) -> std::sync::RwLockReadGuard<'_, Config> {
+        self.cfg.read().unwrap()
+    }
+
+    /// Applies a re-read configuration file. Settings read at each use (timeouts,
+    /// attempts, the worker's Python and limits, the admin group) take effect for the
+    /// next evaluation or worker; where the state, the socket or the devices live needs
+    /// a restart, and is said so. Returns what changed, for the log.
+    pub fn reload(&self, new: Config) -> Vec<String> {
+        let mut cfg = self.cfg.write().unwrap();
+        let mut changed = Vec::new();
+        macro_rules! take {
+            ($($field:ident),*) => {$(
+                if format!("{:?}", cfg.$field) != format!("{:?}", new.$field) {
+                    changed.push(format!("{} = {:?}", stringify!($field), new.$field));
+                    cfg.$field = new.$field.clone();
+                }
+            )*};
+        }
+        take!(
+            python,
+            kernels_dir,
+            eval_timeout,
+            worker_start_timeout,
+            worker_max_files,
+            worker_max_address_space_cpu,
+            admin_group,
+            llm_keys,
+            max_attempts
+        );
+        macro_rules! restart_only {
+            ($($field:ident),*) => {$(
+                if format!("{:?}", cfg.$field) != format!("{:?}", new.$field) {
+                    changed.push(format!("{} changed: takes effect after a restart", stringify!($field)));
+                }
+            )*};
+        }
+        restart_only!(state_dir, socket, gpu_allow, force_cpu, spool_dir);
+        changed
+    }
+
+    // -- committing -----------------------------------------------------------
+
+    async fn commit(&self, items: Vec<NewEvent>) -> anyhow::Result<Vec<Event>> {
+        let guard = self.commit_lock.lock().await;
+        self.append(&guard, items).await
+    }
+
+    /// Appends durably, then updates the cached projections and tells followers.
+    async fn append(
+        &self,
+        _guard: &CommitGuard<'_>,
+        items: Vec<NewEvent>,
+    ) -> anyhow::Result<Vec<Event>> {
+        let store = self.store.clone();
+        let evs = match tokio::task::spawn_blocking(move || store.append(items)).await? {
+            Ok(evs) => evs,
+            Err(e) => {
+                if let Some(why) = self.store.unwritable() {
+                    self.fail(why.to_string());
+                }
+                return Err(e.into());
+            }
+        };
+        self.publish(&evs);
+        Ok(evs)
+    }
+
+    /// Stops the daemon for a reason it cannot recover from while running.
+    pub fn fail(&self, reason: String) {
+        let mut r = self.fatal_reason.lock().unwrap();
+        if r.is_none() {
+            tracing::error!("{reason}");
+            *r = Some(reason);
+        }
+        drop(r);
+        self.stopping.cancel();
+        self.fatal.cancel();
+    }
+
+    /// Resolves when `fail` was called; returns its reason.
+    pub async fn failed(&self) -> String {
+        self.fatal.cancelled().await;
+        self.fatal_reason
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap_or_default()
+    }
+
+    /// Installs the per-tick callback (see `on_tick`).
+    pub fn set_on_tick(&self, f: Option<TickFn>) {
+        *self.on_tick.lock().unwrap() = f;
+    }
+
+    /// One line for systemd's STATUS=: goals by state, busy devices.
+    fn status_line(&self) -> String {
+        let st = self.state.lock().unwrap();
+        let count = |s: GoalState| st.goals.values().filter(|g| g.proj.state == s).count();
+        let busy = st.slots.iter().filter(|s| s.lease.is_some()).count();
+        let healthy = st
+            .slots
+            .iter()
+            .filter(|s| s.health == Health::Healthy)
+            .count();
+        format!(
+            "{} running, {} queued, {} paused; {busy}/{} devices busy, {healthy} healthy",
+            count(GoalState::Running),
+            count(GoalState::Queued),
+            count(GoalState::Paused),
+            st.slots.len()
+        )
+    }
+
+    fn publish(&self, evs: &[Event]) {
+        {
+            let mut st = self.state.lock().unwrap();
+            for ev in evs {
+                if let Some(g) = ev.goal.as_deref() {
+                    if let Some(rt) = st.goals.get_mut(g) {
+                        rt.proj.apply(ev);
+                    }
+                }
+            }
+        }
+        for ev in evs {
+            let _ = self.events.send(ev.clone());
+        }
+    }
+
+    // -- looking goals up --------------------------------------------------------
+
+    fn resolve(&self, goal_ref: &str) -> RpcResult<String> {
+        let st = self.state.lock().unwrap();
+        if st.goals.contains_key(goal_ref) {
+            return Ok(goal_ref.to_string());
+        }
+        // By name: the one active goal of that name, else the newest of that name. Two
+        // active goals of one name are ambiguous: acting on either silently would surprise.
+        let mut named: Vec<&GoalRt> = st
+            .goals
+            .values()
+            .filter(|g| g.proj.spec.name == goal_ref)
+            .collect();
+        named.sort_by_key(|g| (g.proj.created_ms, g.proj.id.len(), g.proj.id.clone()));
+        let active: Vec<&str> = named
+            .iter()
+            .filter(|g| !g.proj.state.is_terminal())
+            .map(|g| g.proj.id.as_str())
+            .collect();
+        if active.len() > 1 {
+            return Err(rpc_err(
+                code::INVALID_PARAMS,
+                format!(
+                    "`{goal_ref}` names {} active goals ({}); use an id",
+                    active.len(),
+                    active.join(", ")
+                ),
+            ));
+        }
+        if let Some(id) = active.first() {
+            return Ok(id.to_string());
+        }
+        named.last().map(|g| g.proj.id.clone()).ok_or_else(|| {
+            rpc_err(
+                code::GOAL_NOT_FOUND,
+                format!("no goal `{goal_ref}` (by id or name); `kernelctl status` lists them"),
+            )
+        })
+    }
+
+    fn summary(&self, goal: &str) -> RpcResult<GoalSummary> {
+        let st = self.state.lock().unwrap();
+        let rt = st
+            .goals
+            .get(goal)
+            .ok_or_else(|| rpc_err(code::GOAL_NOT_FOUND, format!("no goal {goal}")))?;
+        Ok(rt.proj.summary(now_ms(), rt.leases.len() as u32))
+    }
+
+    /// Resolves a goal reference for event filtering (follow mode).
+    pub fn resolve_goal(&self, goal: &str) -> RpcResult<String> {
+        self.resolve(goal)
+    }
+
+    /// Records the graceful stop (after the loop has recorded every abort).
+    pub async fn record_stop(&self, reason: &str) -> anyhow::Result<()> {
+        self.commit(vec![NewEvent::daemon(EventKind::DaemonStopped {
+            reason: reason.into(),
+        })])
+        .await?;
+        tracing::info!(
+            uptime_s = self.started.elapsed().as_secs(),
+            "stopped: {reason}"
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,74 @@
+//! `enqueue`: parse the goal file for this requester, then commit it (or, with `unique`, return the active goal of that name and owner).
+
+use crate::engine::*;
+
+impl Engine {
+    pub(crate) async fn enqueue(
+        &self,
+        params: EnqueueParams,
+        uid: u32,
+    ) -> RpcResult<EnqueueResult> {
+        if self.stopping.is_cancelled() {
+            return Err(rpc_err(
+                code::SHUTTING_DOWN,
+                "kerneld is stopping; enqueue again once it is back",
+            ));
+        }
+        let kernels = self.config().kernels_dir.clone();
+        let trusted = self.is_trusted(uid);
+        let requester = crate::goal::Requester {
+            trusted,
+            // A root daemon runs a command agent as the goal's owner (agent::command).
+            may_run_commands: trusted || nix::unistd::geteuid().is_root(),
+            files: params.files,
+            llm_keys: self.config().llm_keys.clone(),
+        };
+        let (path, source) = (params.path, params.source);
+        let spec = tokio::task::spawn_blocking(move || {
+            crate::goal::parse(&path, &source, &kernels, &requester)
+        })
+        .await
+        .map_err(internal)?
+        .map_err(|e| rpc_err(code::INVALID_GOAL, e.to_string()))?;
+        let guard = self.commit_lock.lock().await;
+        if params.unique {
+            let st = self.state.lock().unwrap();
+            if let Some(g) = st.goals.values().find(|g| {
+                g.proj.spec.name == spec.name
+                    && g.proj.owner_uid == uid
+                    && !g.proj.state.is_terminal()
+            }) {
+                return Ok(EnqueueResult {
+                    id: g.proj.id.clone(),
+                    name: spec.name,
+                    created: false,
+                });
+            }
+        }
+        let name = spec.name.clone();
+        let store = self.store.clone();
+        let (id, evs) = tokio::task::spawn_blocking(move || store.enqueue_goal(spec, uid))
+            .await
+            .map_err(internal)?
+            .map_err(internal)?;
+        {
+            let mut st = self.state.lock().unwrap();
+            let proj = self
+                .store
+                .goal(&id)
+                .map_err(internal)?
+                .ok_or_else(|| internal("enqueued goal missing"))?;
+            st.goals.insert(id.clone(), GoalRt::new(proj));
+        }
+        drop(guard);
+        for ev in evs {
+            let _ = self.events.send(ev);
+        }
+        self.wake.notify_one();
+        Ok(EnqueueResult {
+            id,
+            name,
+            created: true,
+        })
+    }
+}

@@ -1,0 +1,32 @@
+//! `gpus`: every evaluation slot: health, lease, worker, work done.
+
+use crate::engine::*;
+
+impl Engine {
+    pub(crate) fn gpus(&self) -> GpusResult {
+        let st = self.state.lock().unwrap();
+        let devices = st
+            .slots
+            .iter()
+            .map(|s| GpuStatus {
+                uuid: s.info.uuid.clone(),
+                name: s.info.name.clone(),
+                compute_capability: s.info.compute_capability.map(|(a, b)| format!("{a}.{b}")),
+                memory_total_mib: s.info.memory_total_mib,
+                sm_clock_mhz: None,
+                health: s.health.clone(),
+                health_reason: s.health_reason.clone(),
+                lease: s.lease.clone(),
+                worker_pid: s.worker_pid,
+                evaluations: s.evaluations,
+                busy_s: (s.busy + s.leased_at.map_or(Duration::ZERO, |t| t.elapsed()))
+                    .as_secs_f64(),
+            })
+            .collect();
+        GpusResult {
+            mode: self.devices.mode().into(),
+            note: self.devices.note(),
+            devices,
+        }
+    }
+}

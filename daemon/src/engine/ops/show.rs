@@ -1,0 +1,27 @@
+//! `show`: a goal in full, with its last evaluations.
+
+use crate::engine::*;
+
+/// Evaluation records kept in `show`.
+const RECENT: usize = 20;
+
+impl Engine {
+    pub(crate) async fn show(&self, goal: &str) -> RpcResult<GoalDetail> {
+        let id = self.resolve(goal)?;
+        let summary = self.summary(&id)?;
+        let spec = self.state.lock().unwrap().goals[&id].proj.spec.clone();
+        let store = self.store.clone();
+        let gid = id.clone();
+        let mut recent = tokio::task::spawn_blocking(move || store.evaluations(&gid))
+            .await
+            .map_err(internal)?
+            .map_err(internal)?;
+        let cut = recent.len().saturating_sub(RECENT);
+        recent.drain(..cut);
+        Ok(GoalDetail {
+            summary,
+            spec,
+            recent,
+        })
+    }
+}

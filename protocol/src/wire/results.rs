@@ -1,0 +1,116 @@
+//! Evaluation results (the harness worker's `result`, see docs/HARNESS.md).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How an evaluation ended. `Crashed`, `TimedOut` and `Quarantined` are assigned by the
+/// daemon (the worker cannot report its own death); the rest come from the worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResultClass {
+    Ok,
+    Rejected,
+    CompileError,
+    WrongResult,
+    Error,
+    Crashed,
+    TimedOut,
+    Quarantined,
+}
+
+impl ResultClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResultClass::Ok => "ok",
+            ResultClass::Rejected => "rejected",
+            ResultClass::CompileError => "compile_error",
+            ResultClass::WrongResult => "wrong_result",
+            ResultClass::Error => "error",
+            ResultClass::Crashed => "crashed",
+            ResultClass::TimedOut => "timed_out",
+            ResultClass::Quarantined => "quarantined",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ShapeTiming {
+    pub shape: String,
+    pub median_us: f64,
+    #[serde(default)]
+    pub spread_pct: f64,
+    #[serde(default)]
+    pub baseline_us: f64,
+    #[serde(default)]
+    pub baseline_spread_pct: f64,
+    #[serde(default)]
+    pub speedup: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gbps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tflops: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pct_roofline: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EvalResult {
+    pub class: ResultClass,
+    #[serde(default)]
+    pub message: Option<String>,
+    /// The harness rule behind a rejection or a wrong result (`syntax`, `torch-heavy-math`,
+    /// `tolerance`, `nonfinite`, …), when it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    #[serde(default)]
+    pub correct: bool,
+    #[serde(default)]
+    pub interpreted: bool,
+    #[serde(default)]
+    pub speedup: Option<f64>,
+    #[serde(default)]
+    pub spread_pct: Option<f64>,
+    #[serde(default)]
+    pub shapes: Vec<ShapeTiming>,
+    /// Per (shape, seed, output) correctness figures, as the worker reported them.
+    #[serde(default)]
+    pub checks: Value,
+    /// Registers, spills, shared memory per kernel; an ncu summary where available.
+    #[serde(default)]
+    pub profile: Value,
+    /// The GPU that measured it (uuid, SM clock, throttle reasons, discarded samples).
+    #[serde(default)]
+    pub device: Value,
+    #[serde(default)]
+    pub elapsed_s: f64,
+    /// The full configuration the harness ran: the proposal with the candidate's defaults
+    /// filled in (an agent may propose only some keys). What `best -o` writes as `BEST`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<Value>,
+}
+
+impl EvalResult {
+    /// A result the daemon writes itself (worker death, timeout, quarantine, bad reply).
+    pub fn failure(class: ResultClass, message: impl Into<String>, elapsed_s: f64) -> Self {
+        EvalResult {
+            class,
+            message: Some(message.into()),
+            rule: None,
+            correct: false,
+            interpreted: false,
+            speedup: None,
+            spread_pct: None,
+            shapes: Vec::new(),
+            checks: Value::Null,
+            profile: Value::Null,
+            device: Value::Null,
+            elapsed_s,
+            config: None,
+        }
+    }
+
+    /// Correct and timed: a candidate that may become the best.
+    pub fn is_scored(&self) -> bool {
+        self.class == ResultClass::Ok && self.correct && self.speedup.is_some_and(f64::is_finite)
+    }
+}
