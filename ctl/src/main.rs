@@ -61,10 +61,13 @@ enum Command {
         #[arg(long)]
         unique: bool,
     },
-    /// List goals (or one goal) with their progress
+    /// List the active goals and the newest finished ones (or one goal) with their progress
     Status {
         /// Only this goal (id or name)
         goal: Option<String>,
+        /// Every goal ever enqueued (read from the daemon page by page)
+        #[arg(long, conflicts_with = "goal")]
+        all: bool,
     },
     /// One goal in full: its spec, progress and recent evaluations
     Show {
@@ -209,7 +212,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
 fn run(command: Command, ctx: &Ctx) -> Result<u8, Failure> {
     match command {
         Command::Enqueue { file, unique } => enqueue(ctx, &file, unique),
-        Command::Status { goal } => status(ctx, goal),
+        Command::Status { goal, all } => status(ctx, goal, all),
         Command::Show { goal } => show(ctx, goal),
         Command::Watch { goal } => watch(ctx, goal),
         Command::Events {
@@ -532,11 +535,17 @@ fn enqueue(ctx: &Ctx, file: &Path, unique: bool) -> Result<u8, Failure> {
     Ok(0)
 }
 
-fn status(ctx: &Ctx, goal: Option<String>) -> Result<u8, Failure> {
+fn status(ctx: &Ctx, goal: Option<String>, all: bool) -> Result<u8, Failure> {
+    if all {
+        return status_all(ctx);
+    }
     answer(
         ctx,
         method::STATUS,
-        StatusParams { goal },
+        StatusParams {
+            goal,
+            ..Default::default()
+        },
         |goals: Vec<GoalSummary>| {
             if goals.is_empty() {
                 return ctx.print_line("no goals yet: `kernelctl enqueue FILE` adds one");
@@ -544,6 +553,46 @@ fn status(ctx: &Ctx, goal: Option<String>) -> Result<u8, Failure> {
             ctx.print(&render::status_table(&goals, ctx.paint))
         },
     )
+}
+
+/// `status --all`: the whole history, page after page (an empty page ends it).
+fn status_all(ctx: &Ctx) -> Result<u8, Failure> {
+    let mut goals: Vec<Value> = Vec::new();
+    loop {
+        let after = goals
+            .last()
+            .and_then(|g| g["id"].as_str())
+            .map(str::to_string);
+        let params = StatusParams {
+            all: true,
+            after,
+            ..Default::default()
+        };
+        let page = match ctx.call_value(method::STATUS, params)? {
+            Value::Array(page) => page,
+            other => {
+                return Err(Failure::Failed(format!(
+                    "status: expected a list, got {other}"
+                )))
+            }
+        };
+        if page.is_empty() {
+            break;
+        }
+        goals.extend(page);
+    }
+    if ctx.json {
+        ctx.print_json(&Value::Array(goals))?;
+        return Ok(0);
+    }
+    let goals: Vec<GoalSummary> = decode(method::STATUS, Value::Array(goals))?;
+    if goals.is_empty() {
+        return ctx
+            .print_line("no goals yet: `kernelctl enqueue FILE` adds one")
+            .map(|()| 0);
+    }
+    ctx.print(&render::status_table(&goals, ctx.paint))?;
+    Ok(0)
 }
 
 fn show(ctx: &Ctx, goal: String) -> Result<u8, Failure> {
@@ -773,6 +822,7 @@ fn goal_summary(ctx: &Ctx, goal: &str) -> Result<GoalSummary, Failure> {
         method::STATUS,
         StatusParams {
             goal: Some(goal.to_string()),
+            ..Default::default()
         },
     )?;
     let goals: Vec<GoalSummary> = decode(method::STATUS, value)?;

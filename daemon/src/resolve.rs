@@ -60,7 +60,11 @@ pub fn resolve<'a>(
                 "`{goal_ref}` names {} active goals: {}{}; use an id",
                 active.len(),
                 listed.join(", "),
-                if more > 0 { format!(" and {more} more") } else { String::new() }
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
             ),
         ));
     }
@@ -79,8 +83,20 @@ pub fn resolve<'a>(
 mod tests {
     use super::*;
 
-    fn c<'a>(id: &'a str, name: &'a str, owner_uid: u32, state: GoalState, t: u64) -> Candidate<'a> {
-        Candidate { id, name, owner_uid, state, created_ms: t }
+    fn c<'a>(
+        id: &'a str,
+        name: &'a str,
+        owner_uid: u32,
+        state: GoalState,
+        t: u64,
+    ) -> Candidate<'a> {
+        Candidate {
+            id,
+            name,
+            owner_uid,
+            state,
+            created_ms: t,
+        }
     }
 
     fn goals() -> Vec<Candidate<'static>> {
@@ -107,7 +123,11 @@ mod tests {
     #[test]
     fn an_ambiguous_name_lists_the_candidates() {
         let e = resolve(goals().into_iter(), "twin", 0).unwrap_err();
-        assert!(e.message.contains("g3 (running, uid 1000)") && e.message.contains("g4"), "{}", e.message);
+        assert!(
+            e.message.contains("g3 (running, uid 1000)") && e.message.contains("g4"),
+            "{}",
+            e.message
+        );
         let e = resolve(goals().into_iter(), "nothing", 0).unwrap_err();
         assert_eq!(e.code, code::GOAL_NOT_FOUND);
     }

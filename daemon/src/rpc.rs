@@ -409,7 +409,7 @@ pub async fn connection(
         };
         if let Call::Events(p) = &call {
             if p.follow {
-                return follow(conn, engine, id, p.clone(), stop).await;
+                return follow(conn, engine, id, p.clone(), stop, uid).await;
             }
         }
         let reply = match dispatch(&engine, call, uid).await {
@@ -475,14 +475,14 @@ fn to_value<T: Serialize>(r: RpcResult<T>) -> RpcResult<Value> {
 async fn dispatch(engine: &Engine, call: Call, uid: u32) -> RpcResult<Value> {
     match call {
         Call::Enqueue(p) => to_value(engine.enqueue(p, uid).await),
-        Call::Status(p) => to_value(engine.status(p.goal.as_deref())),
-        Call::Show(p) => to_value(engine.show(&p.goal).await),
+        Call::Status(p) => to_value(engine.status(&p, uid)),
+        Call::Show(p) => to_value(engine.show(&p.goal, uid).await),
         Call::Pause(p) => to_value(engine.pause(&p.goal, uid).await),
         Call::Resume(p) => to_value(engine.resume(&p.goal, uid).await),
         Call::Cancel(p) => to_value(engine.cancel(&p.goal, uid).await),
-        Call::Best(p) => to_value(engine.best(&p.goal).await),
-        Call::Events(p) => to_value(engine.events(&p).await),
-        Call::Context(p) => to_value(engine.context(&p.goal).await),
+        Call::Best(p) => to_value(engine.best(&p.goal, uid).await),
+        Call::Events(p) => to_value(engine.events(&p, uid).await),
+        Call::Context(p) => to_value(engine.context(&p.goal, uid).await),
         Call::Gpus(_) => to_value(Ok(engine.gpus())),
         Call::Version(_) => to_value(engine.version()),
     }
@@ -497,18 +497,19 @@ async fn follow(
     id: Value,
     p: EventsParams,
     stop: CancellationToken,
+    uid: u32,
 ) -> anyhow::Result<()> {
     let mut rx = engine.subscribe();
     let goal = match p
         .goal
         .as_deref()
-        .map(|g| engine.resolve_goal(g))
+        .map(|g| engine.resolve_goal(g, uid))
         .transpose()
     {
         Ok(g) => g,
         Err(e) => return send(&mut conn, &Response::err(id, e)).await,
     };
-    let backlog = match engine.events(&p).await {
+    let backlog = match engine.events(&p, uid).await {
         Ok(b) => b,
         Err(e) => return send(&mut conn, &Response::err(id, e)).await,
     };
@@ -561,7 +562,8 @@ async fn catch_up(
             limit: None,
             follow: false,
         };
-        let more = engine.events(&page).await.unwrap_or_default();
+        // `goal` is an id by now: it resolves alike for every caller.
+        let more = engine.events(&page, 0).await.unwrap_or_default();
         if more.is_empty() {
             return Ok(());
         }

@@ -37,9 +37,15 @@ pub fn select<'a>(
             .and_then(|a| rows.iter().position(|r| r.id == a).map(|i| i + 1))
             .unwrap_or(0);
         let n = limit.unwrap_or(PAGE).clamp(1, PAGE);
-        return rows[start.min(rows.len())..].iter().take(n).map(|r| r.id).collect();
+        return rows[start.min(rows.len())..]
+            .iter()
+            .take(n)
+            .map(|r| r.id)
+            .collect();
     }
-    let finished: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].state.is_terminal()).collect();
+    let finished: Vec<usize> = (0..rows.len())
+        .filter(|&i| rows[i].state.is_terminal())
+        .collect();
     let keep_from = finished.len().saturating_sub(RECENT_FINISHED);
     let recent: std::collections::HashSet<usize> = finished[keep_from..].iter().copied().collect();
     rows.iter()
@@ -59,7 +65,11 @@ mod tests {
         let rows = || {
             ids.iter().enumerate().map(|(i, id)| Row {
                 id,
-                state: if i % 10 == 0 { GoalState::Running } else { GoalState::Completed },
+                state: if i % 10 == 0 {
+                    GoalState::Running
+                } else {
+                    GoalState::Completed
+                },
                 created_ms: i as u64,
             })
         };

@@ -361,7 +361,8 @@ impl Store {
             seq += 1;
         }
         for (goal, proj) in touched {
-            let bytes = serde_json::to_vec(&proj).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let bytes =
+                serde_json::to_vec(&proj).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             goals
                 .insert(goal.as_str(), bytes.as_slice())
                 .map_err(|e| self.err(e))?;

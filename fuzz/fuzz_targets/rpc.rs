@@ -11,6 +11,7 @@
 
 #![no_main]
 
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -19,8 +20,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
 
-use kerneld::engine::Engine;
-use kerneld::{gpu, rpc, store, Config};
+use kerneld::tools::{self as rpc, Engine, Store};
+use kerneld::{gpu, Config};
 
 struct World {
     runtime: tokio::runtime::Runtime,
@@ -41,7 +42,7 @@ fn world() -> &'static World {
         let mut cfg = Config::new(dir.clone(), dir.join("sock"));
         cfg.kernels_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels");
         cfg.force_cpu = true;
-        let store = Arc::new(store::Store::open(&cfg.db_path()).unwrap());
+        let store = Arc::new(Store::open(&cfg.db_path()).unwrap());
         let devices: Arc<dyn gpu::DeviceLayer> = Arc::new(gpu::CpuLayer::new("fuzzing"));
         let engine = runtime
             .block_on(Engine::start(cfg, store, devices, CancellationToken::new()))
@@ -49,8 +50,6 @@ fn world() -> &'static World {
         World { runtime, engine }
     })
 }
-
-use std::path::Path;
 
 fuzz_target!(|data: &[u8]| {
     let w = world();

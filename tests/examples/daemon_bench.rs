@@ -16,7 +16,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kerneld::store::{NewEvent, Store};
+use kerneld::tools::{NewEvent, Store};
 use kerneld::wire::{self, BestSummary, EvalResult, EventKind, GoalState, ResultClass};
 use kerneld_e2e::*;
 use serde_json::{json, Value};
@@ -157,10 +157,16 @@ fn start(dir: &Path, kernels: &Path) -> (Daemon, f64) {
     let t0 = Instant::now();
     let d = Daemon::spawn(dir, &daemon_args_with(dir, kernels), &[]);
     loop {
-        if try_call(&d.socket, wire::method::VERSION, json!({})).is_ok_and(|v| v.get("result").is_some()) {
+        if try_call(&d.socket, wire::method::VERSION, json!({}))
+            .is_ok_and(|v| v.get("result").is_some())
+        {
             return (d, t0.elapsed().as_secs_f64() * 1000.0);
         }
-        assert!(t0.elapsed() < Duration::from_secs(120), "no answer\n{}", d.log_text());
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "no answer\n{}",
+            d.log_text()
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -172,14 +178,23 @@ fn status_latencies(socket: &Path, n: usize) -> (Vec<f64>, usize) {
     let mut out = Vec::with_capacity(n);
     let mut bytes = 0;
     for i in 0..n {
-        let req = serde_json::to_string(&wire::Request::new(i as u64, wire::method::STATUS, json!({}))).unwrap();
+        let req = serde_json::to_string(&wire::Request::new(
+            i as u64,
+            wire::method::STATUS,
+            json!({}),
+        ))
+        .unwrap();
         let t0 = Instant::now();
         s.write_all(format!("{req}\n").as_bytes()).unwrap();
         let mut line = String::new();
         r.read_line(&mut line).unwrap();
         out.push(t0.elapsed().as_secs_f64() * 1000.0);
         bytes = line.len();
-        assert!(line.contains("\"result\""), "{}", &line[..line.len().min(300)]);
+        assert!(
+            line.contains("\"result\""),
+            "{}",
+            &line[..line.len().min(300)]
+        );
     }
     out.sort_by(f64::total_cmp);
     (out, bytes)
@@ -191,7 +206,12 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn main() {
-    let arg = |i: usize, default: u64| std::env::args().nth(i).and_then(|a| a.parse().ok()).unwrap_or(default);
+    let arg = |i: usize, default: u64| {
+        std::env::args()
+            .nth(i)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(default)
+    };
     let (goals, events) = (arg(1, 10_000), arg(2, 1_000_000));
     let dir = TempDir::new("bench");
     let kernels = stub_kernels(dir.path());
@@ -206,7 +226,9 @@ fn main() {
 
     eprintln!("building a log of {goals} goals and ~{events} events...");
     let (build_s, logged) = build_log(&dir.path().join("state"), goals, events);
-    let file_bytes = std::fs::metadata(dir.path().join("state/kerneld.redb")).unwrap().len();
+    let file_bytes = std::fs::metadata(dir.path().join("state/kerneld.redb"))
+        .unwrap()
+        .len();
     eprintln!("built {logged} events in {build_s:.1} s ({file_bytes} bytes)");
 
     let mut starts = Vec::new();
@@ -233,7 +255,9 @@ fn main() {
         std::fs::read_to_string("/proc/cpuinfo")
             .unwrap_or_default()
             .lines()
-            .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+            .find_map(|l| l
+                .strip_prefix("model name")
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
             .unwrap_or_default(),
         std::fs::read_to_string("/proc/meminfo")
             .unwrap_or_default()
@@ -241,7 +265,14 @@ fn main() {
             .next()
             .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
             .map_or(0, |k| k / 1024 / 1024),
-        String::from_utf8_lossy(&std::process::Command::new("uname").arg("-sr").output().unwrap().stdout).trim(),
+        String::from_utf8_lossy(
+            &std::process::Command::new("uname")
+                .arg("-sr")
+                .output()
+                .unwrap()
+                .stdout
+        )
+        .trim(),
         std::env::temp_dir().display(),
     );
     let figures: Value = json!({
@@ -261,8 +292,20 @@ fn main() {
     println!("{}", serde_json::to_string_pretty(&figures).unwrap());
     let out = repo_root().join("results/daemon");
     std::fs::create_dir_all(&out).unwrap();
-    let stamp = String::from_utf8_lossy(&std::process::Command::new("date").args(["-u", "+%Y%m%dT%H%MZ"]).output().unwrap().stdout).trim().to_string();
+    let stamp = String::from_utf8_lossy(
+        &std::process::Command::new("date")
+            .args(["-u", "+%Y%m%dT%H%MZ"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .trim()
+    .to_string();
     let path = out.join(format!("bench-{stamp}.json"));
-    std::fs::write(&path, serde_json::to_string_pretty(&figures).unwrap() + "\n").unwrap();
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&figures).unwrap() + "\n",
+    )
+    .unwrap();
     eprintln!("written to {}", path.display());
 }

@@ -310,13 +310,23 @@ pub fn parse(
         budget.iterations = Some(n.map_err(|m| cx.err(i.span(), m))?);
     }
     if let Some(g) = &raw.budget.gpu_hours {
-        let h = limits::positive_at_most("budget.gpu_hours", *g.get_ref(), limits::GPU_HOURS_MAX, "8.0");
+        let h = limits::positive_at_most(
+            "budget.gpu_hours",
+            *g.get_ref(),
+            limits::GPU_HOURS_MAX,
+            "8.0",
+        );
         budget.gpu_hours = Some(h.map_err(|m| cx.err(g.span(), m))?);
     }
 
     let mut stop = StopRules::default();
     if let Some(t) = &raw.stop.target_speedup {
-        let x = limits::positive_at_most("stop.target_speedup", *t.get_ref(), limits::TARGET_SPEEDUP_MAX, "40.0");
+        let x = limits::positive_at_most(
+            "stop.target_speedup",
+            *t.get_ref(),
+            limits::TARGET_SPEEDUP_MAX,
+            "40.0",
+        );
         stop.target_speedup = Some(x.map_err(|m| cx.err(t.span(), m))?);
     }
     if let Some(p) = &raw.stop.plateau {
