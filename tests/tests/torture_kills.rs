@@ -111,6 +111,20 @@ fn follow(socket: &Path, after: u64, seen: Arc<Mutex<BTreeMap<u64, Event>>>) {
     });
 }
 
+/// Every goal (`status --all`, page by page); None when the daemon died meanwhile.
+fn all_goals(socket: &Path) -> Option<Vec<wire::GoalSummary>> {
+    let mut goals: Vec<wire::GoalSummary> = Vec::new();
+    loop {
+        let after = goals.last().map(|g| g.id.clone());
+        let v = call(socket, wire::method::STATUS, json!({"all": true, "after": after}))?;
+        let page: Vec<wire::GoalSummary> = serde_json::from_value(v.get("result")?.clone()).unwrap();
+        if page.is_empty() {
+            return Some(goals);
+        }
+        goals.extend(page);
+    }
+}
+
 fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
         !matches!(
@@ -231,31 +245,16 @@ fn hundreds_of_sigkills_at_random_moments_lose_nothing() {
             let last_seen = seen.lock().unwrap().keys().last().copied().unwrap_or(0);
             follow(&socket, verified, seen.clone());
             // What the previous lifetimes acknowledged.
-            if let Some(v) = call(&socket, wire::method::STATUS, json!({})) {
-                if let Some(goals) = v.get("result") {
-                    let goals: Vec<wire::GoalSummary> =
-                        serde_json::from_value(goals.clone()).unwrap();
-                    let by_id: HashMap<&str, &wire::GoalSummary> =
-                        goals.iter().map(|g| (g.id.as_str(), g)).collect();
-                    for (id, e) in &expect {
-                        let g = by_id.get(id.as_str()).unwrap_or_else(|| {
-                            panic!(
-                                "kill {done}: acknowledged goal {id} vanished\n{}",
-                                d.log_text()
-                            )
-                        });
-                        assert!(
-                            holds(*e, g.state),
-                            "kill {done}: {id} is {} but {e:?} was acknowledged",
-                            g.state
-                        );
-                        let before = iterations.insert(id.clone(), g.iteration).unwrap_or(0);
-                        assert!(
-                            g.iteration >= before,
-                            "kill {done}: {id} iteration {before} → {}",
-                            g.iteration
-                        );
-                    }
+            if let Some(goals) = all_goals(&socket) {
+                let by_id: HashMap<&str, &wire::GoalSummary> =
+                    goals.iter().map(|g| (g.id.as_str(), g)).collect();
+                for (id, e) in &expect {
+                    let g = by_id.get(id.as_str()).unwrap_or_else(|| {
+                        panic!("kill {done}: acknowledged goal {id} vanished\n{}", d.log_text())
+                    });
+                    assert!(holds(*e, g.state), "kill {done}: {id} is {} but {e:?} was acknowledged", g.state);
+                    let before = iterations.insert(id.clone(), g.iteration).unwrap_or(0);
+                    assert!(g.iteration >= before, "kill {done}: {id} iteration {before} → {}", g.iteration);
                 }
             }
             // Acknowledged events, and density, since the last check.
