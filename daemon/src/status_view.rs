@@ -23,36 +23,42 @@ pub fn order_key(id: &str, created_ms: u64) -> (u64, u64) {
     (created_ms, id.trim_start_matches('g').parse().unwrap_or(0))
 }
 
-/// The ids to list, in creation order.
+/// The ids to list, in creation order. Without `all` it is one pass that keeps the
+/// active goals and the `RECENT_FINISHED` newest finished ones, then sorts only those:
+/// no sort of the whole history on every call.
 pub fn select<'a>(
     rows: impl Iterator<Item = Row<'a>>,
     all: bool,
     after: Option<&str>,
     limit: Option<usize>,
 ) -> Vec<&'a str> {
-    let mut rows: Vec<Row<'a>> = rows.collect();
-    rows.sort_by_key(|r| order_key(r.id, r.created_ms));
+    let key = |r: &Row| order_key(r.id, r.created_ms);
     if all {
+        let mut rows: Vec<Row<'a>> = rows.collect();
+        rows.sort_by_key(key);
         let start = after
             .and_then(|a| rows.iter().position(|r| r.id == a).map(|i| i + 1))
             .unwrap_or(0);
         let n = limit.unwrap_or(PAGE).clamp(1, PAGE);
-        return rows[start.min(rows.len())..]
-            .iter()
-            .take(n)
-            .map(|r| r.id)
-            .collect();
+        return rows[start.min(rows.len())..].iter().take(n).map(|r| r.id).collect();
     }
-    let finished: Vec<usize> = (0..rows.len())
-        .filter(|&i| rows[i].state.is_terminal())
-        .collect();
-    let keep_from = finished.len().saturating_sub(RECENT_FINISHED);
-    let recent: std::collections::HashSet<usize> = finished[keep_from..].iter().copied().collect();
-    rows.iter()
-        .enumerate()
-        .filter(|(i, r)| !r.state.is_terminal() || recent.contains(i))
-        .map(|(_, r)| r.id)
-        .collect()
+    let mut listed: Vec<Row<'a>> = Vec::new();
+    // The newest finished so far, as a min-heap on the order key.
+    let mut newest = std::collections::BinaryHeap::new();
+    for r in rows {
+        if !r.state.is_terminal() {
+            listed.push(r);
+            continue;
+        }
+        newest.push(std::cmp::Reverse((key(&r), r.id)));
+        if newest.len() > RECENT_FINISHED {
+            newest.pop();
+        }
+    }
+    let mut ids: Vec<((u64, u64), &'a str)> = listed.iter().map(|r| (key(r), r.id)).collect();
+    ids.extend(newest.into_iter().map(|std::cmp::Reverse(k)| k));
+    ids.sort_unstable();
+    ids.into_iter().map(|(_, id)| id).collect()
 }
 
 #[cfg(test)]
