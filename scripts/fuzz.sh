@@ -26,8 +26,9 @@ echo "== fuzz rpc for ${secs}s ($(nproc) cores)"
 status=0
 cargo +nightly fuzz run rpc "$corpus" -- -max_total_time="$secs" -timeout=30 \
     -rss_limit_mb=4096 -print_final_stats=1 >"$log" 2>&1 || status=$?
-grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb)|ERROR|SUMMARY|panicked|hang" "$log" | head -20
-runs=$(grep -oE '^Done [0-9]+ runs' "$log" | grep -oE '[0-9]+' || echo 0)
+grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb)|ERROR|SUMMARY|panicked|deadly signal|^==.*timeout" "$log" | head -20 || true
+runs=$(grep -oE '^Done [0-9]+ runs' "$log" | grep -oE '[0-9]+' | head -1 || true)
+runs=${runs:-0}
 crashes=$(ls artifacts/rpc 2>/dev/null | grep -c -E '^(crash|timeout|oom|leak)-' || true)
 echo "fuzz figures: {\"runs\": $runs, \"seconds\": $secs, \"crashes_and_hangs\": $crashes, \"exit\": $status}"
 if [ "$status" -ne 0 ] || [ "$crashes" -ne 0 ]; then

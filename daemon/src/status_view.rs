@@ -40,7 +40,11 @@ pub fn select<'a>(
             .and_then(|a| rows.iter().position(|r| r.id == a).map(|i| i + 1))
             .unwrap_or(0);
         let n = limit.unwrap_or(PAGE).clamp(1, PAGE);
-        return rows[start.min(rows.len())..].iter().take(n).map(|r| r.id).collect();
+        return rows[start.min(rows.len())..]
+            .iter()
+            .take(n)
+            .map(|r| r.id)
+            .collect();
     }
     let mut listed: Vec<Row<'a>> = Vec::new();
     // The newest finished so far, as a min-heap on the order key.

@@ -116,8 +116,13 @@ fn all_goals(socket: &Path) -> Option<Vec<wire::GoalSummary>> {
     let mut goals: Vec<wire::GoalSummary> = Vec::new();
     loop {
         let after = goals.last().map(|g| g.id.clone());
-        let v = call(socket, wire::method::STATUS, json!({"all": true, "after": after}))?;
-        let page: Vec<wire::GoalSummary> = serde_json::from_value(v.get("result")?.clone()).unwrap();
+        let v = call(
+            socket,
+            wire::method::STATUS,
+            json!({"all": true, "after": after}),
+        )?;
+        let page: Vec<wire::GoalSummary> =
+            serde_json::from_value(v.get("result")?.clone()).unwrap();
         if page.is_empty() {
             return Some(goals);
         }
@@ -250,11 +255,22 @@ fn hundreds_of_sigkills_at_random_moments_lose_nothing() {
                     goals.iter().map(|g| (g.id.as_str(), g)).collect();
                 for (id, e) in &expect {
                     let g = by_id.get(id.as_str()).unwrap_or_else(|| {
-                        panic!("kill {done}: acknowledged goal {id} vanished\n{}", d.log_text())
+                        panic!(
+                            "kill {done}: acknowledged goal {id} vanished\n{}",
+                            d.log_text()
+                        )
                     });
-                    assert!(holds(*e, g.state), "kill {done}: {id} is {} but {e:?} was acknowledged", g.state);
+                    assert!(
+                        holds(*e, g.state),
+                        "kill {done}: {id} is {} but {e:?} was acknowledged",
+                        g.state
+                    );
                     let before = iterations.insert(id.clone(), g.iteration).unwrap_or(0);
-                    assert!(g.iteration >= before, "kill {done}: {id} iteration {before} → {}", g.iteration);
+                    assert!(
+                        g.iteration >= before,
+                        "kill {done}: {id} iteration {before} → {}",
+                        g.iteration
+                    );
                 }
             }
             // Acknowledged events, and density, since the last check.
