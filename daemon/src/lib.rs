@@ -17,6 +17,7 @@ pub(crate) mod projection;
 pub(crate) mod reconfigure;
 pub(crate) mod resolve;
 pub(crate) mod rpc;
+pub mod sandbox;
 pub(crate) mod scheduler;
 pub(crate) mod spool;
 pub(crate) mod status_view;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser, Subcommand};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use tokio_util::sync::CancellationToken;
 
@@ -19,8 +19,6 @@ use kerneld::{paths, Config, RunOptions};
     about = "Runs GPU-kernel optimization goals; control it with kernelctl."
 )]
 struct Cli {
-    #[command(subcommand)]
-    command: Option<Sub>,
     /// Configuration file (default: /etc/kerneld/kerneld.toml when it exists).
     #[arg(long, env = "KERNELD_CONFIG", global = true)]
     config: Option<PathBuf>,
@@ -45,13 +43,26 @@ struct Cli {
     /// Use the CPU slot (Triton's interpreter) even when GPUs are present.
     #[arg(long)]
     cpu: bool,
+    /// Run goals whose agent writes code even when the evaluation sandbox is incomplete
+    /// (kerneld.toml's `allow_unsandboxed`).
+    #[arg(long)]
+    allow_unsandboxed: bool,
     /// Log filter, e.g. "info" or "kerneld=debug".
     #[arg(long, env = "KERNELD_LOG", default_value = "info")]
     log: String,
+    #[command(subcommand)]
+    command: Option<DaemonCommand>,
 }
 
-#[derive(Debug, Clone, clap::Subcommand)]
-enum Sub {
+/// Without a subcommand kerneld runs the daemon.
+#[derive(Debug, Clone, Subcommand)]
+enum DaemonCommand {
+    /// Write kerneld's man page (kerneld.1) to stdout, or into DIR with --out
+    Man {
+        /// The directory to write kerneld.1 in (e.g. /usr/share/man/man1)
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// Read the whole event log and its projections and report what is found; the daemon
     /// must be stopped. Exit 0: no problems; 1: problems found (listed); 2: no log, or
     /// it cannot be opened (in use, unreadable).
@@ -102,6 +113,9 @@ fn build_config(cli: &Cli) -> Result<Config, String> {
     if cli.cpu {
         cfg.force_cpu = true;
     }
+    if cli.allow_unsandboxed {
+        cfg.sandbox.allow_unsandboxed = true;
+    }
     if !cfg.worker_script().is_file() {
         return Err(format!(
             "no harness worker at {}; point --kernels (or KERNELD_KERNELS) at the kernels directory",
@@ -140,7 +154,17 @@ fn log_colours(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> 
 }
 
 fn main() -> ExitCode {
+    // First of all: processes of the same uid (a user daemon's runners) must not read
+    // /proc/<kerneld>/environ or mem, where API keys live. Not dumpable also means no core.
+    // SAFETY: prctl with integer arguments.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
     let cli = Cli::parse();
+    // Hook: `kerneld man` writes the page and exits before anything starts (manpage.rs).
+    if let Some(DaemonCommand::Man { out }) = &cli.command {
+        return man(out.as_deref());
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "info".into()),
@@ -153,7 +177,7 @@ fn main() -> ExitCode {
         .with_target(false)
         .init();
 
-    if let Some(Sub::Check) = cli.command {
+    if let Some(DaemonCommand::Check) = cli.command {
         return check(&cli);
     }
     let cfg = match build_config(&cli) {
@@ -228,7 +252,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// `kerneld check`: the report on stdout, the exit code as documented on `Sub::Check`.
+/// `kerneld check`: the report on stdout, the exit code as documented on `DaemonCommand::Check`.
 fn check(cli: &Cli) -> ExitCode {
     let dir = match state_dir(cli) {
         Ok(d) => d,
@@ -258,6 +282,27 @@ fn check(cli: &Cli) -> ExitCode {
         Err(e) => {
             eprintln!("kerneld check: {e}");
             ExitCode::from(2)
+        }
+    }
+}
+
+/// `kerneld man`: the page from this very definition (clap_mangen), to stdout or DIR/kerneld.1.
+fn man(out: Option<&std::path::Path>) -> ExitCode {
+    let page = clap_mangen::Man::new(Cli::command().disable_help_subcommand(true))
+        .source(format!("kerneld {}", env!("CARGO_PKG_VERSION")))
+        .manual("kerneld manual");
+    let written = match out {
+        None => page.render(&mut std::io::stdout()),
+        Some(dir) => std::fs::create_dir_all(dir)
+            .and_then(|()| page.generate_to(dir))
+            .map(|path| eprintln!("wrote {}", path.display())),
+    };
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let place = out.map_or("stdout".into(), |d| d.display().to_string());
+            eprintln!("kerneld: cannot write the man page to {place}: {e}");
+            ExitCode::from(1)
         }
     }
 }
