@@ -409,43 +409,21 @@ impl Engine {
 
     // -- looking goals up --------------------------------------------------------
 
-    fn resolve(&self, goal_ref: &str) -> RpcResult<String> {
+    /// The goal `goal_ref` (an id or a name) means for `uid`: its own first
+    /// (`crate::resolve`).
+    fn resolve(&self, goal_ref: &str, uid: u32) -> RpcResult<String> {
         let st = self.state.lock().unwrap();
-        if st.goals.contains_key(goal_ref) {
-            return Ok(goal_ref.to_string());
-        }
-        // By name: the one active goal of that name, else the newest of that name. Two
-        // active goals of one name are ambiguous: acting on either silently would surprise.
-        let mut named: Vec<&GoalRt> = st
-            .goals
-            .values()
-            .filter(|g| g.proj.spec.name == goal_ref)
-            .collect();
-        named.sort_by_key(|g| (g.proj.created_ms, g.proj.id.len(), g.proj.id.clone()));
-        let active: Vec<&str> = named
-            .iter()
-            .filter(|g| !g.proj.state.is_terminal())
-            .map(|g| g.proj.id.as_str())
-            .collect();
-        if active.len() > 1 {
-            return Err(rpc_err(
-                code::INVALID_PARAMS,
-                format!(
-                    "`{goal_ref}` names {} active goals ({}); use an id",
-                    active.len(),
-                    active.join(", ")
-                ),
-            ));
-        }
-        if let Some(id) = active.first() {
-            return Ok(id.to_string());
-        }
-        named.last().map(|g| g.proj.id.clone()).ok_or_else(|| {
-            rpc_err(
-                code::GOAL_NOT_FOUND,
-                format!("no goal `{goal_ref}` (by id or name); `kernelctl status` lists them"),
-            )
-        })
+        crate::resolve::resolve(
+            st.goals.values().map(|g| crate::resolve::Candidate {
+                id: &g.proj.id,
+                name: &g.proj.spec.name,
+                owner_uid: g.proj.owner_uid,
+                state: g.proj.state,
+                created_ms: g.proj.created_ms,
+            }),
+            goal_ref,
+            uid,
+        )
     }
 
     fn summary(&self, goal: &str) -> RpcResult<GoalSummary> {
@@ -458,8 +436,8 @@ impl Engine {
     }
 
     /// Resolves a goal reference for event filtering (follow mode).
-    pub fn resolve_goal(&self, goal: &str) -> RpcResult<String> {
-        self.resolve(goal)
+    pub fn resolve_goal(&self, goal: &str, uid: u32) -> RpcResult<String> {
+        self.resolve(goal, uid)
     }
 
     /// Records the graceful stop (after the loop has recorded every abort).

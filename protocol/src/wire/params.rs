@@ -44,6 +44,17 @@ pub struct NoParams {}
 pub struct StatusParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goal: Option<String>,
+    /// Every goal ever enqueued, a page at a time (`after`, `limit`); without it the
+    /// reply lists the active goals and the newest finished ones only, so its size follows
+    /// what is running, not the history.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all: bool,
+    /// With `all`: the page after this goal id (none: the first page).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// With `all`: at most this many goals (the daemon caps it at its page size, 500).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
