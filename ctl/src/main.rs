@@ -10,6 +10,7 @@
 mod client;
 mod render;
 mod report;
+mod retime;
 
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -129,6 +130,22 @@ enum Command {
         #[arg(short, long, value_name = "FILE.svg")]
         output: Option<PathBuf>,
     },
+    /// Re-time a candidate N times (each a fresh runner, interleaved with a freshly timed
+    /// baseline) and print the stability: per-shape medians, the geomean speedup's CV, the
+    /// largest deviation of any shape's median (candidate and baseline)
+    Retime {
+        /// The goal's id or name
+        goal: String,
+        /// A candidate id (or a unique prefix), or `best`
+        #[arg(default_value = "best")]
+        candidate: String,
+        /// How many re-times
+        #[arg(short = 'n', long, default_value_t = 1)]
+        times: u32,
+        /// Queue the request and print its id, without waiting for the re-times
+        #[arg(long)]
+        no_wait: bool,
+    },
     /// Shell completions for SHELL, to stdout
     Completions {
         /// bash, zsh, fish, elvish or powershell
@@ -233,6 +250,12 @@ fn run(command: Command, ctx: &Ctx) -> Result<u8, Failure> {
         Command::Context { goal } => context(ctx, goal),
         Command::Gpus => gpus(ctx),
         Command::Report { goal, output } => report(ctx, goal, output.as_deref()),
+        Command::Retime {
+            goal,
+            candidate,
+            times,
+            no_wait,
+        } => retime::retime(ctx, goal, Some(candidate), times, !no_wait),
         Command::Completions { shell } => completions(shell),
         Command::Version => version(ctx),
     }

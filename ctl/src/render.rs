@@ -511,6 +511,11 @@ pub fn show(detail: &GoalDetail, paint: Paint) -> String {
             paint.paint(&format!("{key:<10}"), Some(Style::Dim))
         );
     }
+    if let Some(b) = &g.best {
+        if let Some(flag) = crate::retime::show_flag(detail, b.iteration, Some(b.speedup)) {
+            let _ = writeln!(out, "  {}  {flag}", paint.paint("flag      ", Some(Style::Yellow)));
+        }
+    }
     out.push('\n');
     if detail.recent.is_empty() {
         out.push_str("no evaluations yet\n");
@@ -528,6 +533,11 @@ pub fn show(detail: &GoalDetail, paint: Paint) -> String {
                 Cell::new(&e.seed),
             ];
             row.extend(result_cells(&e.result));
+            // The >10x flag leads the message (retime.rs).
+            if let Some(flag) = crate::retime::show_flag(detail, e.iteration, e.result.speedup) {
+                let msg = row.pop().map(|c| c.text).unwrap_or_default();
+                row.push(Cell::new(format!("[{flag}] {msg}").trim_end()).styled(Style::Yellow));
+            }
             row
         })
         .collect();
@@ -802,7 +812,8 @@ pub fn event_summary(kind: &EventKind, fit_text: Fit) -> (String, Option<Style>)
                 to_ms.saturating_sub(*from_ms) as f64 / 1000.0
             ),
             Some(Style::Dim),
-        ),
+        ),        // Wins that hold and re-time requests: ctl/src/retime.rs.
+        other => crate::retime::event_summary(other, fit_text),
     }
 }
 

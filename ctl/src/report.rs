@@ -45,6 +45,8 @@ pub struct Progress {
     pub points: Vec<Point>,
     /// Strictly rising; from the daemon's `new_best` events (or the points, when it has none).
     pub best: Vec<Step>,
+    /// Correct evaluations over 10x, with why they are flagged (confirmed by a re-time or not).
+    pub flags: Vec<crate::retime::Flagged>,
 }
 
 impl Progress {
@@ -58,6 +60,7 @@ impl Progress {
             interpreted: false,
             points: Vec::new(),
             best: Vec::new(),
+            flags: Vec::new(),
         };
         let mut announced = Vec::new();
         for ev in events {
@@ -72,6 +75,7 @@ impl Progress {
             announced
         };
         p.best = rising(steps);
+        p.flags = crate::retime::flagged(&p.points, events);
         p
     }
 
@@ -453,6 +457,9 @@ fn title(s: &mut String, p: &Progress) {
         r#"<text x="{LEFT}" y="30" font-size="18" font-weight="bold">{name}: speedup per evaluation</text>"#
     );
     let mut sub = p.headline();
+    if let Some(f) = p.flags.last() {
+        let _ = write!(sub, " · #{} {}", f.iteration, f.flag);
+    }
     if p.interpreted {
         sub.push_str(" · interpreted (CPU mode): not GPU timings");
     }
@@ -764,6 +771,10 @@ pub fn terminal(p: &Progress, columns: usize, paint: Paint) -> String {
         " ".repeat(gap)
     );
     out.push_str(&best_bars(p, paint));
+    for f in &p.flags {
+        let line = format!("#{} {}: {}", f.iteration, render::speedup(f.speedup), f.flag);
+        let _ = writeln!(out, "{}", paint.paint(&line, Some(Style::Yellow)));
+    }
     out
 }
 

@@ -17,6 +17,7 @@ pub(crate) mod reconfigure;
 pub(crate) mod rpc;
 pub(crate) mod scheduler;
 pub(crate) mod spool;
+pub(crate) mod stability;
 pub(crate) mod store;
 pub(crate) mod task;
 
