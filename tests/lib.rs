@@ -98,6 +98,16 @@ impl Daemon {
 
     /// Starts with extra arguments and environment variables (passed on to the workers).
     pub fn start_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        Self::start_kernels(dir, &repo_root().join("kernels"), extra, env)
+    }
+
+    /// `start_env` with another kernels directory (its `harness/worker.py` is the worker).
+    pub fn start_kernels(
+        dir: &Path,
+        kernels: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let socket = dir.join("sock");
         let state_dir = dir.join("state");
         let log = dir.join("kerneld.log");
@@ -112,7 +122,7 @@ impl Daemon {
             .arg("--socket")
             .arg(&socket)
             .arg("--kernels")
-            .arg(repo_root().join("kernels"))
+            .arg(kernels)
             .arg("--python")
             .arg(python())
             .arg("--cpu")
@@ -371,4 +381,22 @@ pub fn assert_dense(events: &[Event]) {
 
 pub fn is_active(s: GoalState) -> bool {
     matches!(s, GoalState::Queued | GoalState::Running)
+}
+
+/// A kernels directory whose worker is the scripted one (tests/fixtures/scripted/worker.py,
+/// answering what the JSON file `KD_SCRIPT` says) and whose `demo` task is a copy of the real one.
+pub fn scripted_kernels(dir: &Path) -> PathBuf {
+    let k = dir.join("kernels");
+    std::fs::create_dir_all(k.join("harness")).unwrap();
+    std::fs::copy(
+        repo_root().join("tests/fixtures/scripted/worker.py"),
+        k.join("harness/worker.py"),
+    )
+    .unwrap();
+    let demo = repo_root().join("kernels/demo");
+    std::fs::create_dir_all(k.join("demo/seeds")).unwrap();
+    for f in ["task.toml", "task.py", "seeds/tiled.py"] {
+        std::fs::copy(demo.join(f), k.join("demo").join(f)).unwrap();
+    }
+    k
 }
