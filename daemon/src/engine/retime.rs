@@ -149,6 +149,9 @@ impl Engine {
             let mut st = self.state.lock().unwrap();
             if let Some(rt) = st.goals.get_mut(goal) {
                 rt.retiming.remove(&w.key());
+                // As after a result: a lease that found nothing to do while this ran
+                // marked the goal exhausted; a new best (or none) may change that.
+                rt.exhausted = false;
             }
             st.slots[slot].evaluations += 1;
         }
@@ -178,6 +181,7 @@ impl Engine {
         .await?;
         if let Some(rt) = self.state.lock().unwrap().goals.get_mut(goal) {
             rt.retiming.remove(&w.key());
+            rt.exhausted = false;
         }
         Ok(())
     }
