@@ -12,7 +12,8 @@ use kerneld_protocol::wire::{
 
 use crate::client::decode;
 use crate::render::{self, fit, short_id, speedup, Cell, Fit, Paint, Style};
-use crate::{Ctx, Failure};
+use crate::failure::Failure;
+use crate::Ctx;
 
 /// How often the request's progress is read while waiting.
 const POLL: Duration = Duration::from_millis(500);
