@@ -11,8 +11,8 @@ use kerneld_protocol::wire::{
 };
 
 use crate::client::decode;
-use crate::render::{self, fit, short_id, speedup, Cell, Fit, Paint, Style};
 use crate::failure::Failure;
+use crate::render::{self, fit, short_id, speedup, Cell, Fit, Paint, Style};
 use crate::Ctx;
 
 /// How often the request's progress is read while waiting.
@@ -121,7 +121,13 @@ pub(crate) fn summary(r: &RetimeReport, paint: Paint) -> String {
         })
         .collect();
     out.push_str(&render::table(
-        &["SHAPE", "MEDIAN_US", "MAX_DEV", "BASELINE_US", "BASE_MAX_DEV"],
+        &[
+            "SHAPE",
+            "MEDIAN_US",
+            "MAX_DEV",
+            "BASELINE_US",
+            "BASE_MAX_DEV",
+        ],
         &rows,
         paint,
     ));
@@ -138,7 +144,11 @@ pub(crate) fn summary(r: &RetimeReport, paint: Paint) -> String {
 }
 
 /// `show`'s flag for one evaluation (or the best) at `iteration`, when over 10x.
-pub(crate) fn show_flag(detail: &GoalDetail, iteration: u64, s: Option<f64>) -> Option<&'static str> {
+pub(crate) fn show_flag(
+    detail: &GoalDetail,
+    iteration: u64,
+    s: Option<f64>,
+) -> Option<&'static str> {
     confirm_flag(s, detail.confirmations.get(&iteration).copied())
 }
 
@@ -257,10 +267,18 @@ pub(crate) fn event_summary(kind: &EventKind, fit_text: Fit) -> (String, Option<
             format!(
                 "#{iteration} {} {}: {}",
                 short_id(candidate),
-                if *confirmed { "confirmed" } else { "NOT confirmed" },
+                if *confirmed {
+                    "confirmed"
+                } else {
+                    "NOT confirmed"
+                },
                 fit(reason, 100, fit_text)
             ),
-            Some(if *confirmed { Style::Green } else { Style::Yellow }),
+            Some(if *confirmed {
+                Style::Green
+            } else {
+                Style::Yellow
+            }),
         ),
         other => (other.type_name().to_string(), None),
     }

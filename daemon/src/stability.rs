@@ -76,7 +76,9 @@ fn max_dev_pct(v: &[f64], m: f64) -> f64 {
     if m <= 0.0 {
         return 0.0;
     }
-    v.iter().map(|x| (x - m).abs() / m * 100.0).fold(0.0, f64::max)
+    v.iter()
+        .map(|x| (x - m).abs() / m * 100.0)
+        .fold(0.0, f64::max)
 }
 
 /// Sample standard deviation over the mean, in %; None below two values.

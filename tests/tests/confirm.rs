@@ -44,7 +44,10 @@ fn a_new_best_is_retimed_before_new_best_through_the_real_harness() {
 
     let events = d.events(0);
     assert_dense(&events);
-    let finished = pos(&events, |k| matches!(k, EventKind::EvaluationFinished { .. })).unwrap();
+    let finished = pos(&events, |k| {
+        matches!(k, EventKind::EvaluationFinished { .. })
+    })
+    .unwrap();
     let pending = pos(&events, |k| matches!(k, EventKind::WinPending { .. })).unwrap();
     let started = pos(&events, |k| {
         matches!(k, EventKind::RetimeStarted { request: None, .. })
@@ -170,14 +173,23 @@ fn kernelctl_retime_records_n_retimes_and_prints_the_summary() {
     // For people: the summary, by candidate id prefix.
     let prefix = &report.candidate[..8];
     let text = ctl(&d, &["retime", &id, prefix, "--times", "2"]);
-    for want in ["2 of 2 re-times", "geomean speedup", "CV 0.00 %", "SHAPE", "m512"] {
+    for want in [
+        "2 of 2 re-times",
+        "geomean speedup",
+        "CV 0.00 %",
+        "SHAPE",
+        "m512",
+    ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }
     // `retimes` reads a request back.
     let again = d.call("retimes", json!({"goal": id, "request": report.request}));
     assert_eq!(again["done"], 3);
     // Nonsense is refused with what to do.
-    let out = kernelctl(&d.socket, &["retime", &id, "nosuchcandidate", "--times", "2"]);
+    let out = kernelctl(
+        &d.socket,
+        &["retime", &id, "nosuchcandidate", "--times", "2"],
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no correct, timed evaluation"));
 }
@@ -210,12 +222,34 @@ fn a_kill_during_a_retime_reruns_the_retime_not_the_evaluation() {
     assert_dense(&events);
     let count = |f: &dyn Fn(&EventKind) -> bool| events.iter().filter(|e| f(&e.kind)).count();
     // The evaluation ran once; its re-time twice (the second start counted as attempt 2).
-    assert_eq!(count(&|k| matches!(k, EventKind::EvaluationStarted { .. })), 1);
-    assert_eq!(count(&|k| matches!(k, EventKind::EvaluationFinished { .. })), 1);
     assert_eq!(
-        count(&|k| matches!(k, EventKind::RetimeStarted { attempt: 2, request: None, .. })),
+        count(&|k| matches!(k, EventKind::EvaluationStarted { .. })),
         1
     );
-    assert_eq!(count(&|k| matches!(k, EventKind::WinChecked { confirmed: true, .. })), 1);
+    assert_eq!(
+        count(&|k| matches!(k, EventKind::EvaluationFinished { .. })),
+        1
+    );
+    assert_eq!(
+        count(&|k| matches!(
+            k,
+            EventKind::RetimeStarted {
+                attempt: 2,
+                request: None,
+                ..
+            }
+        )),
+        1
+    );
+    assert_eq!(
+        count(&|k| matches!(
+            k,
+            EventKind::WinChecked {
+                confirmed: true,
+                ..
+            }
+        )),
+        1
+    );
     assert_eq!(count(&|k| matches!(k, EventKind::NewBest { .. })), 1);
 }

@@ -147,7 +147,7 @@ pub fn event_summary(kind: &EventKind, fit_text: Fit) -> (String, Option<Style>)
                 to_ms.saturating_sub(*from_ms) as f64 / 1000.0
             ),
             Some(Style::Dim),
-        ),        // Wins that hold and re-time requests: ctl/src/retime.rs.
+        ), // Wins that hold and re-time requests: ctl/src/retime.rs.
         other => crate::retime::event_summary(other, fit_text),
     }
 }

@@ -61,7 +61,11 @@ pub fn show(detail: &GoalDetail, mode: Mode, paint: Paint) -> String {
     }
     if let Some(b) = &g.best {
         if let Some(flag) = crate::retime::show_flag(detail, b.iteration, Some(b.speedup)) {
-            let _ = writeln!(out, "  {}  {flag}", paint.paint("flag      ", Some(Style::Yellow)));
+            let _ = writeln!(
+                out,
+                "  {}  {flag}",
+                paint.paint("flag      ", Some(Style::Yellow))
+            );
         }
     }
     out.push('\n');
@@ -266,6 +270,7 @@ mod tests {
                 result,
                 device: None,
             }],
+            confirmations: Default::default(),
         }
     }
 

@@ -125,10 +125,17 @@ impl Engine {
         why: &Mutex<Option<String>>,
     ) -> anyhow::Result<Option<EvalResult>> {
         // Fresh correctness seeds for every evaluation (and every attempt), reproducible from the log.
-        let seeds = correctness_seeds(&p.candidate, p.iteration, p.attempts, 0, SEEDS_PER_EVALUATION);
-        let req = self.evaluate_request(goal, &p.seed, p.source_hash.as_deref(), &p.config, seeds)?;
+        let seeds = correctness_seeds(
+            &p.candidate,
+            p.iteration,
+            p.attempts,
+            0,
+            SEEDS_PER_EVALUATION,
+        );
+        let req =
+            self.evaluate_request(goal, &p.seed, p.source_hash.as_deref(), &p.config, seeds)?;
         match self.run_evaluate(slot, req, worker, cancel, why).await {
-            Outcome::Done(r) => Ok(Some(r)),
+            Outcome::Done(r) => Ok(Some(*r)),
             Outcome::Aborted(reason) => {
                 let device = self.slot_uuid(slot);
                 self.abort(goal, p, &device, &reason).await?;
@@ -251,7 +258,7 @@ impl Engine {
                 EvalResult::failure(ResultClass::Error, e.to_string(), elapsed)
             }
         };
-        Outcome::Done(result)
+        Outcome::Done(Box::new(result))
     }
 
     pub(super) async fn abort(
@@ -375,7 +382,7 @@ impl Engine {
 
 /// What became of a request sent to the worker.
 pub(super) enum Outcome {
-    Done(EvalResult),
+    Done(Box<EvalResult>),
     /// Abandoned (pause, cancel, stop, no worker): why.
     Aborted(String),
 }

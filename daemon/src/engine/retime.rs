@@ -39,7 +39,7 @@ impl Engine {
             req.retime = true;
             req.profile = false;
             match self.run_evaluate(slot, req, worker, cancel, why).await {
-                Outcome::Done(r) => self.record_retime(goal, slot, &w, r).await,
+                Outcome::Done(r) => self.record_retime(goal, slot, &w, *r).await,
                 Outcome::Aborted(reason) => self.abort_retime(goal, slot, &w, &reason).await,
             }
         }
@@ -218,8 +218,8 @@ pub(super) fn check_win(
     let Some(first) = w.best.as_ref().filter(|_| w.request.is_none()) else {
         return (None, None);
     };
-    let unconfirmed = |retimed_speedup: Option<f64>, spread_pct: f64, reason: String| {
-        EventKind::WinChecked {
+    let unconfirmed =
+        |retimed_speedup: Option<f64>, spread_pct: f64, reason: String| EventKind::WinChecked {
             iteration: w.iteration,
             candidate: w.candidate.clone(),
             confirmed: false,
@@ -228,8 +228,7 @@ pub(super) fn check_win(
             speedup: None,
             spread_pct,
             reason,
-        }
-    };
+        };
     if !retime.is_scored() {
         let why = retime.message.clone().unwrap_or_default();
         let reason = format!(
@@ -339,14 +338,23 @@ mod tests {
         let Some(EventKind::NewBest { best, previous }) = b else {
             panic!("no best")
         };
-        assert_eq!((best.speedup, best.spread_pct, previous), (1.8, 3.0, Some(1.5)));
+        assert_eq!(
+            (best.speedup, best.spread_pct, previous),
+            (1.8, 3.0, Some(1.5))
+        );
     }
 
     #[test]
     fn a_win_that_does_not_hold_is_not_confirmed() {
         // First 2.0x, re-timed 1.52x: beats 1.5x by less than the spread.
         let (c, b) = check_win(&work(2.0, 1.0), Some(&best(1.5)), &timed(1.52, 2.0));
-        assert!(matches!(c, Some(EventKind::WinChecked { confirmed: false, .. })));
+        assert!(matches!(
+            c,
+            Some(EventKind::WinChecked {
+                confirmed: false,
+                ..
+            })
+        ));
         assert!(b.is_none());
         // A wrong re-time confirms nothing, even with no best yet.
         let wrong = EvalResult::failure(ResultClass::WrongResult, "shape s seed 1", 1.0);

@@ -40,7 +40,10 @@ impl Engine {
         let rec = match wanted {
             None => {
                 let b = best.ok_or_else(|| {
-                    rpc_err(code::NO_BEST, format!("goal {id} has no best yet; name a candidate"))
+                    rpc_err(
+                        code::NO_BEST,
+                        format!("goal {id} has no best yet; name a candidate"),
+                    )
                 })?;
                 records.into_iter().find(|r| r.iteration == b.iteration)
             }
@@ -54,7 +57,10 @@ impl Engine {
                 if ids.len() > 1 {
                     return Err(rpc_err(
                         code::INVALID_PARAMS,
-                        format!("`{c}` is a prefix of {} candidates of goal {id}; give more of the id", ids.len()),
+                        format!(
+                            "`{c}` is a prefix of {} candidates of goal {id}; give more of the id",
+                            ids.len()
+                        ),
                     ));
                 }
                 // Its last correct evaluation: what ran, defaults filled in.
@@ -128,7 +134,9 @@ impl Engine {
                 code::INVALID_PARAMS,
                 match p.request {
                     Some(r) => format!("goal {id} has no retime request {r}"),
-                    None => format!("goal {id} has no retime request; `kernelctl retime {id}` makes one"),
+                    None => format!(
+                        "goal {id} has no retime request; `kernelctl retime {id}` makes one"
+                    ),
                 },
             ));
         };
@@ -152,8 +160,7 @@ impl Engine {
             iteration: *iteration,
             times: *times,
             done,
-            finished: done >= *times
-                || matches!(state, GoalState::Cancelled | GoalState::Failed),
+            finished: done >= *times || matches!(state, GoalState::Cancelled | GoalState::Failed),
             runs: results
                 .iter()
                 .map(|(seq, r)| RetimeRun {
