@@ -248,7 +248,7 @@ pub(super) fn check_win(
         let needed = b.speedup * (1.0 + spread.max(b.spread_pct) / 100.0);
         if speedup <= needed {
             let reason = format!(
-                "re-timed at {again:.3}x (first {:.3}x): {speedup:.3}x does not beat the best {:.3}x by more than the spread ({:.1} %)",
+                "re-timed at {again:.3}× (first {:.3}×): {speedup:.3}× does not beat the best {:.3}× by more than the spread {:.1}%",
                 first.speedup,
                 b.speedup,
                 spread.max(b.spread_pct)
@@ -265,7 +265,7 @@ pub(super) fn check_win(
         speedup: Some(speedup),
         spread_pct: spread,
         reason: format!(
-            "re-timed at {again:.3}x (first {:.3}x): the lower, {speedup:.3}x, counts",
+            "re-timed at {again:.3}× (first {:.3}×): the lower, {speedup:.3}×, counts",
             first.speedup
         ),
     };
