@@ -397,7 +397,7 @@ pub fn is_active(s: GoalState) -> bool {
 }
 
 /// A kernels directory whose worker is the scripted one (tests/fixtures/scripted/worker.py,
-/// answering what the JSON file `KD_SCRIPT` says) and whose `demo` task is a copy of the real one.
+/// answering what `harness/script.json` there says) and whose `demo` task is a copy of the real one.
 pub fn scripted_kernels(dir: &Path) -> PathBuf {
     let k = dir.join("kernels");
     std::fs::create_dir_all(k.join("harness")).unwrap();

@@ -82,17 +82,12 @@ fn a_new_best_is_retimed_before_new_best_through_the_real_harness() {
     assert_eq!(best.speedup, s);
 }
 
-/// A scripted daemon: the worker answers what `script.json` says.
+/// A scripted daemon: the worker answers what `kernels/harness/script.json` says.
 fn scripted(dir: &Path) -> (Daemon, std::path::PathBuf) {
     let kernels = scripted_kernels(dir);
-    let script = dir.join("script.json");
+    let script = kernels.join("harness/script.json");
     write_script(&script, json!({"first": 12.0, "retime": 11.5}));
-    let d = Daemon::start_kernels(
-        dir,
-        &kernels,
-        &[],
-        &[("KD_SCRIPT", script.to_str().unwrap())],
-    );
+    let d = Daemon::start_kernels(dir, &kernels, &[], &[]);
     (d, script)
 }
 
@@ -111,7 +106,8 @@ fn over_10x_is_flagged_until_a_retime_confirms_it() {
     assert!(
         events.iter().any(|e| e.goal.as_deref() == Some(&g1)
             && matches!(&e.kind, EventKind::WinChecked { confirmed: false, reason, .. } if reason.contains("wrong_result"))),
-        "no unconfirmed win_checked"
+        "no unconfirmed win_checked: {events:#?}\n{}",
+        d.log_text()
     );
     let show = ctl(&d, &["show", &g1]);
     assert!(show.contains("over 10x: unconfirmed"), "{show}");
@@ -198,10 +194,9 @@ fn kernelctl_retime_records_n_retimes_and_prints_the_summary() {
 fn a_kill_during_a_retime_reruns_the_retime_not_the_evaluation() {
     let dir = TempDir::new("rtkill");
     let kernels = scripted_kernels(dir.path());
-    let script = dir.path().join("script.json");
+    let script = kernels.join("harness/script.json");
     write_script(&script, json!({"first": 3.0, "hang_retime": true}));
-    let env = [("KD_SCRIPT", script.to_str().unwrap())];
-    let d = Daemon::start_kernels(dir.path(), &kernels, &[], &env);
+    let d = Daemon::start_kernels(dir.path(), &kernels, &[], &[]);
     let id = enqueue(&d, &demo_goal(dir.path(), "rtkill", 1, ""));
     assert!(
         d.wait_until(Duration::from_secs(60), |d| d
@@ -214,7 +209,7 @@ fn a_kill_during_a_retime_reruns_the_retime_not_the_evaluation() {
     d.kill9();
 
     write_script(&script, json!({"first": 3.0, "retime": 2.5}));
-    let d = Daemon::start_kernels(dir.path(), &kernels, &[], &env);
+    let d = Daemon::start_kernels(dir.path(), &kernels, &[], &[]);
     let g = d.wait_terminal(&id, Duration::from_secs(60));
     assert_eq!(g.state, GoalState::Completed, "{g:?}\n{}", d.log_text());
     assert_eq!(g.best.as_ref().map(|b| b.speedup), Some(2.5));
