@@ -116,6 +116,20 @@ impl Daemon {
         d
     }
 
+    /// `start_env` with another kernels directory (its `harness/worker.py` is the worker).
+    pub fn start_kernels(
+        dir: &Path,
+        kernels: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
+        let mut args = daemon_args_with(dir, kernels);
+        args.extend(extra.iter().map(Into::into));
+        let d = Self::spawn(dir, &args, env);
+        d.wait_ready(Duration::from_secs(30));
+        d
+    }
+
     /// Starts the binary with exactly these arguments and does not wait for it.
     pub fn spawn(dir: &Path, args: &[std::ffi::OsString], env: &[(&str, &str)]) -> Daemon {
         let socket = dir.join("sock");
@@ -523,4 +537,22 @@ pub fn stub_kernels(dir: &Path) -> PathBuf {
         std::os::unix::fs::symlink(repo_root().join("kernels/demo"), demo).unwrap();
     }
     kernels
+}
+
+/// A kernels directory whose worker is the scripted one (tests/fixtures/scripted/worker.py,
+/// answering what `harness/script.json` there says) and whose `demo` task is a copy of the real one.
+pub fn scripted_kernels(dir: &Path) -> PathBuf {
+    let k = dir.join("kernels");
+    std::fs::create_dir_all(k.join("harness")).unwrap();
+    std::fs::copy(
+        repo_root().join("tests/fixtures/scripted/worker.py"),
+        k.join("harness/worker.py"),
+    )
+    .unwrap();
+    let demo = repo_root().join("kernels/demo");
+    std::fs::create_dir_all(k.join("demo/seeds")).unwrap();
+    for f in ["task.toml", "task.py", "seeds/tiled.py"] {
+        std::fs::copy(demo.join(f), k.join("demo").join(f)).unwrap();
+    }
+    k
 }

@@ -14,6 +14,7 @@ mod follow;
 mod man;
 mod render;
 mod report;
+mod retime;
 mod term;
 
 use std::io::{self, IsTerminal, Write};
@@ -135,6 +136,12 @@ fn run(command: Command, ctx: &Ctx) -> Result<u8, Failure> {
         Command::Context { goal } => context(ctx, goal),
         Command::Gpus => gpus(ctx),
         Command::Report { goal, output } => follow::report(ctx, goal, output.as_deref()),
+        Command::Retime {
+            goal,
+            candidate,
+            times,
+            no_wait,
+        } => retime::retime(ctx, goal, Some(candidate), times, !no_wait),
         Command::Completions { shell } => completions(shell),
         Command::Version => version(ctx),
         Command::Man { out } => man(ctx, out.as_deref()),

@@ -485,6 +485,8 @@ async fn dispatch(engine: &Engine, call: Call, uid: u32) -> RpcResult<Value> {
         Call::Context(p) => to_value(engine.context(&p.goal, uid).await),
         Call::Gpus(_) => to_value(Ok(engine.gpus())),
         Call::Version(_) => to_value(engine.version()),
+        Call::Retime(p) => to_value(engine.retime(&p, uid).await),
+        Call::Retimes(p) => to_value(engine.retimes(&p, uid).await),
     }
 }
 

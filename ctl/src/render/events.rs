@@ -184,6 +184,7 @@ pub fn event_summary(kind: &EventKind, fit_text: Fit) -> (String, Option<Style>)
             ),
             Some(Style::Yellow),
         ),
+        other => crate::retime::event_summary(other, fit_text),
     }
 }
 

@@ -6,7 +6,7 @@
 mod events;
 mod show;
 
-pub use events::{event_line, health_str};
+pub use events::{event_line, health_str, result_summary};
 pub use show::{show, Mode};
 
 pub use crate::term::{

@@ -94,9 +94,15 @@ impl Engine {
                 .goals
                 .values()
                 .filter(|g| {
-                    matches!(g.proj.state, GoalState::Queued | GoalState::Running)
-                        && !g.exhausted
-                        && g.not_before.is_none_or(|t| t <= now)
+                    // An owed re-time nobody runs (retime.rs) makes an exhausted running
+                    // goal, or a completed one, worth a lease.
+                    let owed = g.proj.retime_work().any(|w| !g.retiming.contains(&w.key()));
+                    let runnable = match g.proj.state {
+                        GoalState::Queued | GoalState::Running => !g.exhausted || owed,
+                        GoalState::Completed => owed,
+                        _ => false,
+                    };
+                    runnable && g.not_before.is_none_or(|t| t <= now)
                 })
                 .map(|g| Contender {
                     goal: g.proj.id.clone(),

@@ -7,6 +7,7 @@
 //! - `iteration`: one lease = one iteration: take work (a pending candidate, else the
 //!   agent's proposal), commit `CandidateProposed` + `EvaluationStarted`;
 //! - `evaluation`: the worker evaluates; `EvaluationFinished` (+ `NewBest`) committed;
+//! - `retime`: a would-be best is re-timed before `NewBest`; `retime` requests;
 //! - `stop`: stop rules and budgets, ending a goal and its leases;
 //! - `auth`: who may name tasks by path, run commands, change a goal;
 //! - `ops/`: one file per RPC operation (the control plane). Internal code never calls
@@ -25,6 +26,7 @@ mod dispatch;
 mod evaluation;
 mod iteration;
 pub(crate) mod ops;
+mod retime;
 mod slots;
 // Slurm slots: the hooks marked HOOK(slurm) call into this room.
 mod slurm;
@@ -71,6 +73,8 @@ struct GoalRt {
     leases: Vec<LeaseRt>,
     /// Pending iterations a lease is evaluating right now.
     active: BTreeSet<u64>,
+    /// Owed re-times a lease runs right now (`RetimeWork::key`).
+    retiming: BTreeSet<(Option<u64>, u64)>,
     served: u64,
     /// The agent had nothing new; cleared when a result lands (it may open new neighbours).
     exhausted: bool,
@@ -86,6 +90,7 @@ impl GoalRt {
             proj,
             leases: Vec::new(),
             active: BTreeSet::new(),
+            retiming: BTreeSet::new(),
             served: 0,
             exhausted: false,
             agent_failures: 0,

@@ -129,6 +129,66 @@ pub enum EventKind {
         state: Option<String>,
         reason: String,
     },
+    /// The result just recorded would become the new best (`best`: its first figures):
+    /// it is re-timed before it counts (`WinChecked` decides).
+    WinPending {
+        best: BestSummary,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source_hash: Option<String>,
+    },
+    /// `kernelctl retime`: re-time an evaluated candidate `times` times; the request's
+    /// id is this event's sequence number.
+    RetimeRequested {
+        iteration: u64,
+        candidate: String,
+        seed: String,
+        config: Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source_hash: Option<String>,
+        times: u32,
+        by_uid: u32,
+    },
+    /// A re-time began: a would-be best's confirmation (`request` absent) or one of a
+    /// `retime` request's.
+    RetimeStarted {
+        iteration: u64,
+        candidate: String,
+        device: String,
+        attempt: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
+    },
+    RetimeFinished {
+        iteration: u64,
+        candidate: String,
+        device: String,
+        result: EvalResult,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
+    },
+    /// A re-time stopped before its result (pause, cancel, shutdown); it runs again.
+    RetimeAborted {
+        iteration: u64,
+        candidate: String,
+        device: String,
+        reason: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
+    },
+    /// A would-be best after its re-time: `confirmed` (a `NewBest` with `speedup`, the
+    /// confirmed figure, follows in the same commit) or not (it does not become best).
+    WinChecked {
+        iteration: u64,
+        candidate: String,
+        confirmed: bool,
+        first_speedup: f64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retimed_speedup: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        speedup: Option<f64>,
+        spread_pct: f64,
+        reason: String,
+    },
 }
 
 impl EventKind {
@@ -150,6 +210,12 @@ impl EventKind {
             EventKind::SlurmJobSubmitted { .. } => "slurm_job_submitted",
             EventKind::SlurmJobStarted { .. } => "slurm_job_started",
             EventKind::SlurmJobEnded { .. } => "slurm_job_ended",
+            EventKind::WinPending { .. } => "win_pending",
+            EventKind::RetimeRequested { .. } => "retime_requested",
+            EventKind::RetimeStarted { .. } => "retime_started",
+            EventKind::RetimeFinished { .. } => "retime_finished",
+            EventKind::RetimeAborted { .. } => "retime_aborted",
+            EventKind::WinChecked { .. } => "win_checked",
         }
     }
 }

@@ -144,6 +144,10 @@ pub struct GoalDetail {
     pub spec: GoalSpec,
     /// The last evaluations, newest last.
     pub recent: Vec<EvaluationRecord>,
+    /// Would-be bests that were re-timed: iteration -> whether the win held (see
+    /// `confirm_flag`, which turns this into the >10x flag).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub confirmations: std::collections::BTreeMap<u64, bool>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
