@@ -69,10 +69,13 @@ pub enum Command {
         #[arg(long)]
         unique: bool,
     },
-    /// List goals (or one goal) with their progress
+    /// List the active goals and the newest finished ones (or one goal) with their progress
     Status {
         /// Only this goal (id or name)
         goal: Option<String>,
+        /// Every goal ever enqueued (read from the daemon page by page)
+        #[arg(long, conflicts_with = "goal")]
+        all: bool,
     },
     /// One goal in full: its spec, progress and recent evaluations
     Show {

@@ -176,6 +176,9 @@ impl GoalProjection {
             | EventKind::DaemonStarted { .. }
             | EventKind::DaemonStopped { .. }
             | EventKind::DeviceHealth { .. }
+            | EventKind::SlurmJobSubmitted { .. }
+            | EventKind::SlurmJobStarted { .. }
+            | EventKind::SlurmJobEnded { .. }
             | EventKind::AgentFailed { .. } => {}
             EventKind::Downtime { from_ms, to_ms } => {
                 if let Some(since) = self.running_since_ms {

@@ -40,6 +40,7 @@ impl Engine {
                     self.check_wall_budgets().await;
                     if ticks.is_multiple_of(HEALTH_EVERY) {
                         self.check_health().await;
+                        self.slurm_tick().await; // HOOK(slurm)
                     }
                     if let Some(f) = self.on_tick.lock().unwrap().as_ref() {
                         f(&self.status_line());
@@ -74,6 +75,7 @@ impl Engine {
         for w in workers {
             w.shutdown().await;
         }
+        self.slurm_stop().await; // HOOK(slurm)
     }
 
     pub(super) fn dispatch(self: &Arc<Self>) {

@@ -63,9 +63,13 @@ impl Engine {
                 }
                 Ok(Err(msg)) => (json!({}), json!({}), Some(msg)),
                 Err(e) => {
+                    Self::discard(worker).await;
+                    // HOOK(slurm): the job went, not the seed's fault: describe it again later.
+                    if self.slurm_job_lost(slot).await.is_some() {
+                        return Ok(false);
+                    }
                     // The worker died or hung importing the seed: record it as a rejection
                     // of that seed rather than retrying forever.
-                    Self::discard(worker).await;
                     (json!({}), json!({}), Some(format!("describe failed: {e}")))
                 }
             };
@@ -215,6 +219,12 @@ impl Engine {
             }
             Err(WorkerError::Died { status, stderr }) => {
                 Self::discard(worker).await;
+                // HOOK(slurm): Slurm took the job (scancel, time limit, preemption, node
+                // failure): the evaluation runs again on a new job, like after a restart.
+                if let Some(why) = self.slurm_job_lost(slot).await {
+                    self.abort(goal, p, &device, &why).await?;
+                    return Ok(None);
+                }
                 EvalResult::failure(
                     ResultClass::Crashed,
                     format!("the worker died ({status}); its last output:\n{stderr}"),

@@ -26,6 +26,8 @@ mod evaluation;
 mod iteration;
 pub(crate) mod ops;
 mod slots;
+// Slurm slots: the hooks marked HOOK(slurm) call into this room.
+mod slurm;
 mod sources;
 mod stop;
 
@@ -133,6 +135,9 @@ pub struct Engine {
     /// a scheduler that stops ticking stops the pings.
     on_tick: Mutex<Option<TickFn>>,
     started: Instant,
+    /// HOOK(slurm): the Slurm slots (after the local ones, from `first_slurm` on).
+    slurm: Option<Arc<crate::slurm::SlurmSlots>>,
+    first_slurm: usize,
     /// The evaluation sandbox as found at start (crate::sandbox).
     pub(super) sandbox: crate::sandbox::Runtime,
 }
@@ -157,8 +162,25 @@ impl Engine {
             let s = store.clone();
             tokio::task::spawn_blocking(move || s.goals()).await??
         };
-        let slots = devices
-            .devices()
+        // HOOK(slurm): Slurm slots after the local ones; a host that would only be the CPU
+        // fallback (a login node) serves no evaluations itself unless `local = true`.
+        let slurm = cfg.slurm.clone().map(|c| {
+            Arc::new(crate::slurm::SlurmSlots::new(crate::slurm::Cluster::new(
+                c,
+                &cfg.state_dir,
+            )))
+        });
+        let mut infos = devices.devices();
+        if let Some(c) = &cfg.slurm {
+            if !c.local.unwrap_or(devices.mode() == "gpu") {
+                infos.clear();
+            }
+        }
+        let first_slurm = infos.len();
+        if let Some(s) = &slurm {
+            infos.extend(s.devices(!cfg.force_cpu));
+        }
+        let slots = infos
             .into_iter()
             .map(|info| Slot {
                 info,
@@ -201,6 +223,8 @@ impl Engine {
             fatal_reason: Mutex::new(None),
             on_tick: Mutex::new(None),
             started: Instant::now(),
+            slurm,
+            first_slurm,
             sandbox,
         });
         let mode = engine.devices.mode().to_string();
@@ -242,6 +266,7 @@ impl Engine {
             }
         }
         engine.commit(items).await?;
+        engine.slurm_recover().await?; // HOOK(slurm)
         Ok(engine)
     }
 
@@ -292,7 +317,7 @@ impl Engine {
                 }
             )*};
         }
-        restart_only!(state_dir, socket, gpu_allow, force_cpu, spool_dir, sandbox);
+        restart_only!(state_dir, socket, gpu_allow, force_cpu, spool_dir, slurm, sandbox);
         changed
     }
 
@@ -387,43 +412,21 @@ impl Engine {
 
     // -- looking goals up --------------------------------------------------------
 
-    fn resolve(&self, goal_ref: &str) -> RpcResult<String> {
+    /// The goal `goal_ref` (an id or a name) means for `uid`: its own first
+    /// (`crate::resolve`).
+    fn resolve(&self, goal_ref: &str, uid: u32) -> RpcResult<String> {
         let st = self.state.lock().unwrap();
-        if st.goals.contains_key(goal_ref) {
-            return Ok(goal_ref.to_string());
-        }
-        // By name: the one active goal of that name, else the newest of that name. Two
-        // active goals of one name are ambiguous: acting on either silently would surprise.
-        let mut named: Vec<&GoalRt> = st
-            .goals
-            .values()
-            .filter(|g| g.proj.spec.name == goal_ref)
-            .collect();
-        named.sort_by_key(|g| (g.proj.created_ms, g.proj.id.len(), g.proj.id.clone()));
-        let active: Vec<&str> = named
-            .iter()
-            .filter(|g| !g.proj.state.is_terminal())
-            .map(|g| g.proj.id.as_str())
-            .collect();
-        if active.len() > 1 {
-            return Err(rpc_err(
-                code::INVALID_PARAMS,
-                format!(
-                    "`{goal_ref}` names {} active goals ({}); use an id",
-                    active.len(),
-                    active.join(", ")
-                ),
-            ));
-        }
-        if let Some(id) = active.first() {
-            return Ok(id.to_string());
-        }
-        named.last().map(|g| g.proj.id.clone()).ok_or_else(|| {
-            rpc_err(
-                code::GOAL_NOT_FOUND,
-                format!("no goal `{goal_ref}` (by id or name); `kernelctl status` lists them"),
-            )
-        })
+        crate::resolve::resolve(
+            st.goals.values().map(|g| crate::resolve::Candidate {
+                id: &g.proj.id,
+                name: &g.proj.spec.name,
+                owner_uid: g.proj.owner_uid,
+                state: g.proj.state,
+                created_ms: g.proj.created_ms,
+            }),
+            goal_ref,
+            uid,
+        )
     }
 
     fn summary(&self, goal: &str) -> RpcResult<GoalSummary> {
@@ -436,8 +439,8 @@ impl Engine {
     }
 
     /// Resolves a goal reference for event filtering (follow mode).
-    pub fn resolve_goal(&self, goal: &str) -> RpcResult<String> {
-        self.resolve(goal)
+    pub fn resolve_goal(&self, goal: &str, uid: u32) -> RpcResult<String> {
+        self.resolve(goal, uid)
     }
 
     /// Records the graceful stop (after the loop has recorded every abort).

@@ -103,6 +103,32 @@ pub enum EventKind {
         from_ms: u64,
         to_ms: u64,
     },
+    /// Slurm named a job kerneld asked for slot `slot` (pending or granted): from here on
+    /// the log knows it, and a restart reattaches to it or cancels it.
+    SlurmJobSubmitted {
+        slot: String,
+        job: u64,
+        name: String,
+        partition: String,
+    },
+    /// The job runs (granted, or found running again after a restart: `reattached`).
+    SlurmJobStarted {
+        slot: String,
+        job: u64,
+        node: String,
+        #[serde(default)]
+        reattached: bool,
+    },
+    /// The job is over for kerneld: released when idle, cancelled at a stop or a restart,
+    /// or ended by Slurm (time limit, preemption, node failure).
+    SlurmJobEnded {
+        slot: String,
+        job: u64,
+        /// Slurm's last state of the job (CANCELLED, TIMEOUT, PREEMPTED, ...), if known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state: Option<String>,
+        reason: String,
+    },
 }
 
 impl EventKind {
@@ -121,6 +147,9 @@ impl EventKind {
             EventKind::DeviceHealth { .. } => "device_health",
             EventKind::AgentFailed { .. } => "agent_failed",
             EventKind::Downtime { .. } => "downtime",
+            EventKind::SlurmJobSubmitted { .. } => "slurm_job_submitted",
+            EventKind::SlurmJobStarted { .. } => "slurm_job_started",
+            EventKind::SlurmJobEnded { .. } => "slurm_job_ended",
         }
     }
 }

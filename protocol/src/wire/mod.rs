@@ -255,7 +255,7 @@ mod tests {
         r.params = Value::Null;
         assert!(matches!(
             r.call(),
-            Ok(Call::Status(StatusParams { goal: None }))
+            Ok(Call::Status(StatusParams { goal: None, .. }))
         ));
         let r = Request::new(3, "frobnicate", ());
         assert_eq!(

@@ -6,8 +6,8 @@ use crate::engine::*;
 const RECENT: usize = 20;
 
 impl Engine {
-    pub(crate) async fn show(&self, goal: &str) -> RpcResult<GoalDetail> {
-        let id = self.resolve(goal)?;
+    pub(crate) async fn show(&self, goal: &str, uid: u32) -> RpcResult<GoalDetail> {
+        let id = self.resolve(goal, uid)?;
         let summary = self.summary(&id)?;
         let spec = self.state.lock().unwrap().goals[&id].proj.spec.clone();
         let store = self.store.clone();
