@@ -209,7 +209,10 @@ impl Engine {
         let (events, _) = broadcast::channel(4096);
         let sandbox = {
             let cfg = cfg.clone();
-            tokio::task::spawn_blocking(move || crate::sandbox::Runtime::detect(&cfg)).await?
+            // GPU mode: the start-up trial inits CUDA on one GPU (sandbox::widen).
+            let gpu = devices.devices().into_iter().find(|d| d.is_gpu);
+            tokio::task::spawn_blocking(move || crate::sandbox::Runtime::detect(&cfg, gpu.as_ref()))
+                .await?
         };
         sandbox.log();
         let engine = Arc::new(Engine {
