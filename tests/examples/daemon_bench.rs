@@ -48,6 +48,7 @@ fn result(it: u64) -> EvalResult {
         gbps: Some(3.1),
         tflops: None,
         pct_roofline: None,
+        ci_pct: None,
     }];
     r.checks = json!([{"shape": "m64", "seed": 11, "output": "c", "rel_rmse": 2e-7, "max_err": 1e-6, "passed": true}]);
     r.device = json!({"uuid": "cpu", "name": "cpu"});
