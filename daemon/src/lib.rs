@@ -21,8 +21,8 @@ pub mod sandbox;
 pub(crate) mod scheduler;
 pub mod slurm;
 pub(crate) mod spool;
-pub(crate) mod status_view;
 pub(crate) mod stability;
+pub(crate) mod status_view;
 pub(crate) mod store;
 pub(crate) mod task;
 
