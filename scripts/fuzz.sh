@@ -22,9 +22,6 @@ trap 'rm -rf "$corpus"' EXIT
 cp fuzz/corpus/rpc/* "$corpus/"
 log="$corpus/fuzz.log"
 cd fuzz
-# The instrumented build takes many minutes on a small machine: keep it outside the clone so a
-# fresh clone (CI) reuses it; cargo rebuilds whatever changed.
-export CARGO_TARGET_DIR="${KERNELD_FUZZ_TARGET:-${XDG_CACHE_HOME:-$HOME/.cache}/kerneld/fuzz-target}"
 echo "== fuzz rpc for ${secs}s ($(nproc) cores)"
 status=0
 cargo +nightly fuzz run rpc "$corpus" -- -max_total_time="$secs" -timeout=30 \
