@@ -34,7 +34,11 @@ pub fn cluster() -> Option<MutexGuard<'static, ()>> {
         }
     });
     match ready {
-        Ok(()) => Some(CLUSTER.lock().unwrap_or_else(|p| p.into_inner())),
+        Ok(()) => {
+            let guard = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+            clean_slate();
+            Some(guard)
+        }
         Err(why) => {
             if std::env::var_os("KERNELD_REQUIRE_SLURM").is_some() {
                 panic!(
@@ -47,10 +51,48 @@ pub fn cluster() -> Option<MutexGuard<'static, ()>> {
     }
 }
 
+/// Every test starts on an idle node. A job an earlier test (or an earlier run: slurmctld
+/// restores its state) left behind would hold the node's CPUs, and the next test's job
+/// would wait PENDING until its own time-out: cancel them all, and say so.
+fn clean_slate() {
+    let left = squeue_partition();
+    if left.is_empty() {
+        return;
+    }
+    eprintln!("slurm test cluster: cancelling jobs left by an earlier test: {left:?}");
+    let _ = Command::new("scancel").args(["-p", PARTITION]).output();
+    let t0 = Instant::now();
+    while !squeue_partition().is_empty() && t0.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let still = squeue_partition();
+    assert!(
+        still.is_empty(),
+        "jobs outlived scancel for 60 s on the test partition: {still:?}"
+    );
+}
+
+/// The test partition (scripts/slurm-test-cluster.sh); only tests submit to it.
+const PARTITION: &str = "kerneld";
+
+/// `JOBID NAME STATE` of every job in the test partition, one string each.
+pub fn squeue_partition() -> Vec<String> {
+    Command::new("squeue")
+        .args(["-h", "-p", PARTITION, "-o", "%i %j %T %r"])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 pub fn test_cluster(state_dir: &Path, max_jobs: u32) -> Cluster {
     let cfg = SlurmConfig::from_raw(
         RawSlurmConfig {
-            partition: "kerneld".into(),
+            partition: PARTITION.into(),
             account: None,
             qos: None,
             constraint: None,
@@ -196,11 +238,14 @@ pub fn wait_event(d: &Daemon, limit: Duration, what: &str, f: impl Fn(&Event) ->
         if let Some(e) = d.events(0).into_iter().find(|e| f(e)) {
             return e;
         }
-        assert!(
-            t0.elapsed() < limit,
-            "no {what} within {limit:?}; log:\n{}",
-            d.log_text()
-        );
+        if t0.elapsed() >= limit {
+            let kinds: Vec<&str> = d.events(0).iter().map(|e| e.kind.type_name()).collect();
+            panic!(
+                "no {what} within {limit:?}; events: {kinds:?}; squeue: {:?}; log:\n{}",
+                squeue_partition(),
+                d.log_text()
+            );
+        }
         std::thread::sleep(Duration::from_millis(250));
     }
 }
