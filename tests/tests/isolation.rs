@@ -390,7 +390,12 @@ fn suite(tag: &str, env: &[(&str, &str)], hostiles: &[(&Hostile, &Expect)]) -> V
         }
         let planted: Vec<String> = tree(&d.state_dir)
             .difference(&state_before)
-            .filter(|p| !p.starts_with("sources/") && !p.starts_with("kerneld.redb"))
+            // cache/judge: the judges' own compile caches (issue #12; runners never get it).
+            .filter(|p| {
+                !p.starts_with("sources/")
+                    && !p.starts_with("kerneld.redb")
+                    && !p.starts_with("cache")
+            })
             .cloned()
             .collect();
         if !planted.is_empty() {

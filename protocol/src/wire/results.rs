@@ -53,6 +53,9 @@ pub struct ShapeTiming {
     pub tflops: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pct_roofline: Option<f64>,
+    /// The 95 % interval of the median, in % of it (the judge's figure), when reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_pct: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -96,6 +99,10 @@ pub struct EvalResult {
         deserialize_with = "Phases::lenient"
     )]
     pub phases: Phases,
+    /// A re-time (`retime`, docs/HARNESS.md section 3): timed again in a fresh runner,
+    /// interleaved with a freshly timed baseline, one correctness seed, no profile.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retimed: bool,
 }
 
 impl EvalResult {
@@ -116,6 +123,7 @@ impl EvalResult {
             elapsed_s,
             config: None,
             phases: Phases::default(),
+            retimed: false,
         }
     }
 
