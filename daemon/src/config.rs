@@ -38,6 +38,9 @@ pub struct Config {
     pub llm_keys: std::collections::BTreeMap<String, String>,
     /// An evaluation that started this many times without a result is quarantined.
     pub max_attempts: u32,
+    /// Compile-ahead (issue #12, engine/ahead.rs): the next candidate's runner starts and
+    /// imports it while the current one is timed, for agents that can propose ahead.
+    pub compile_ahead: bool,
     /// Where the config was read from, for SIGHUP reloads.
     pub config_file: Option<PathBuf>,
     /// `[slurm]`: evaluation slots on a Slurm cluster (None: local devices only).
@@ -103,6 +106,7 @@ struct RawConfig {
     admin_group: Option<String>,
     llm_keys: Option<std::collections::BTreeMap<String, String>>,
     max_attempts: Option<u32>,
+    compile_ahead: Option<bool>,
     slurm: Option<crate::slurm::RawSlurmConfig>,
     runner_user: Option<String>,
     allow_unsandboxed: Option<bool>,
@@ -135,6 +139,7 @@ impl Config {
             admin_group: None,
             llm_keys: Default::default(),
             max_attempts: 3,
+            compile_ahead: true,
             config_file: None,
             slurm: None,
             sandbox: SandboxConfig::default(),
@@ -202,6 +207,9 @@ impl Config {
         }
         if let Some(v) = raw.max_attempts {
             self.max_attempts = v.max(1);
+        }
+        if let Some(v) = raw.compile_ahead {
+            self.compile_ahead = v;
         }
         if let Some(raw) = raw.slurm {
             let parse = |s: &str, key: &str| {

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from . import ahead
 from . import device as dev
 from . import profiling as prof
 from . import runner_protocol as rp
@@ -29,6 +30,7 @@ from .taskload import TaskError, load_task
 DEFAULT_SEEDS = [11, 12, 13]
 DEFAULT_TIMING = {"warmup_ms": 25, "min_reps": 20, "max_reps": 200, "target_noise_pct": 1.0}
 POOL = Pool()   # the spare runner lives as long as this judge
+AHEAD = ahead.Ahead()   # the next candidate's runner, prepared while this one is timed
 # Secret seeds with kept references (issue #12); KERNELD_REF_POOL=0: nothing kept.
 REFS = RefPool(keep=os.environ.get("KERNELD_REF_POOL", "1") != "0")
 
@@ -143,6 +145,24 @@ def describe(req: dict, pool: Pool | None = None) -> dict:
     return {"space": rep.space or {}, "default": rep.default or {}, "class": "ok", "message": None}
 
 
+def _load(src: str, task, config: dict) -> rp.Load:
+    return rp.Load(0, src, task.entry, config, list(task.banned_calls), _allowed_aten(task), skip_flag_check=False)
+
+
+def prepare(req: dict, pool: Pool | None = None) -> dict:
+    """`prepare` (ahead.py): a runner for this candidate starts and imports it now, in a thread;
+    the `evaluate` of the same task, source and config gets it. Answers at once."""
+    task = _task(req)
+    _, src = _source(req)
+    config = req.get("config") or {}
+    if not isinstance(config, dict):
+        raise RequestError("`config` must be an object")
+    if _static(src, task):
+        return {"accepted": False, "message": "the static checks reject it (its evaluation says why)"}
+    AHEAD.prepare(ahead.key(req["task_dir"], src, config), _load(src, task, config), pool or POOL)
+    return {"accepted": True, "message": None}
+
+
 def _allowed_aten(task) -> list:
     v = task.raw.get("allowed_aten", [])
     return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
@@ -209,14 +229,27 @@ def evaluate(req: dict, pool: Pool | None = None) -> dict:
 
     pool = pool or POOL
     with phases("runner_wait"):
-        runner = pool.take()
-        ready = None
-        try:
-            ready = runner.wait_ready()
-        except RunnerDied as e:
-            return done(_result("error", f"the runner did not start: {e.message}", rule="runner-start"))
-        finally:
-            pool.prestart()  # the next candidate's runner starts while this one works
+        # A re-time leaves a prepared runner for the next candidate in place.
+        prepared = None if retime else AHEAD.take(ahead.key(req["task_dir"], src, config_req))
+    if prepared is not None:
+        runner, pre, start_s, import_s = prepared
+        phases.add("ahead", start_s + import_s)
+        pool.prestart()
+        ready = runner.ready
+        if ready is None:
+            msg = pre.message if isinstance(pre, RunnerDied) else "no ready line"
+            return done(_result("error", f"the runner did not start: {msg}", rule="runner-start"))
+    else:
+        pre = None
+        with phases("runner_wait"):
+            runner = pool.take()
+            ready = None
+            try:
+                ready = runner.wait_ready()
+            except RunnerDied as e:
+                return done(_result("error", f"the runner did not start: {e.message}", rule="runner-start"))
+            finally:
+                pool.prestart()  # the next candidate's runner starts while this one works
     phases.add("runner_start", runner.ready_s or 0.0)
     ran["runner"] = {"pid": ready.pid, "sandbox": ready.sandbox}
     rt = req.get("runner_timeout_s")
@@ -228,8 +261,9 @@ def evaluate(req: dict, pool: Pool | None = None) -> dict:
     checks: list[dict] = []
     try:
         with phases("import"):
-            rep = runner.request(rp.Load(0, src, task.entry, config_req, list(task.banned_calls), _allowed_aten(task),
-                                         skip_flag_check=False), sess.first_timeout)
+            if isinstance(pre, RunnerDied):
+                raise pre
+            rep = pre or runner.request(_load(src, task, config_req), sess.first_timeout)
         if rep.failure:
             return done(_result(rep.failure.cls, rep.failure.message, rule=rep.failure.rule))
         failed(rep)

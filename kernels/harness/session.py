@@ -23,7 +23,9 @@ CALL_TIMEOUT_S = 180.0
 class Phases:
     """Seconds per phase of an evaluation (HARNESS.md: what the checks cost)."""
     NAMES = ("static", "runner_start", "runner_wait", "import", "compile", "correctness_candidate",
-             "correctness_reference", "baseline", "timing", "timed_checks", "profile", "transfers")
+             "correctness_reference", "baseline", "timing", "timed_checks", "profile", "transfers",
+             # off the critical path: the prepared runner's start and import (ahead.py)
+             "ahead")
 
     def __init__(self):
         self.s = {k: 0.0 for k in self.NAMES}

@@ -122,6 +122,7 @@ def main() -> int:
             op = req.get("op")
             if op == "shutdown":
                 send({"id": rid, "ok": True})
+                ev.AHEAD.discard()
                 ev.POOL.shutdown()
                 return 0
             if op == "ping":
@@ -129,6 +130,10 @@ def main() -> int:
             elif op == "describe":
                 with _Busy():
                     reply = {"id": rid, "ok": True, **ev.describe(req)}
+                send(reply)
+            elif op == "prepare":
+                with _Busy():
+                    reply = {"id": rid, "ok": True, **ev.prepare(req)}
                 send(reply)
             elif op in ("evaluate", "retime"):
                 if op == "retime":
@@ -138,7 +143,7 @@ def main() -> int:
                 send(reply)
             else:
                 send({"id": rid, "ok": False,
-                      "error": f"unknown op {op!r} (describe | evaluate | retime | ping | shutdown)"})
+                      "error": f"unknown op {op!r} (describe | prepare | evaluate | retime | ping | shutdown)"})
         except Abandon:
             # the runner is already killed (the evaluation's finally); let our own work finish
             if not cpu:
@@ -162,6 +167,7 @@ def main() -> int:
         if not cpu and not _cuda_healthy():
             print("judge: CUDA context unhealthy after request; exiting", file=sys.stderr)
             return EXIT_FATAL_CUDA
+    ev.AHEAD.discard()
     ev.POOL.shutdown()
     return 0
 

@@ -23,6 +23,10 @@ pub enum Request {
     Describe(Describe),
     /// Correctness and timing of a candidate with one configuration.
     Evaluate(Evaluate),
+    /// Compile-ahead (issue #12): start a runner for the candidate the daemon will ask to
+    /// evaluate next and import it now, while the current one is timed. Answered at once;
+    /// the `evaluate` with the same task, source and config gets that runner.
+    Prepare(Prepare),
     /// Exit cleanly.
     Shutdown {},
 }
@@ -54,6 +58,24 @@ pub struct Evaluate {
     /// this flag, which a worker that knows no `retime` answers with a plain evaluation.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retime: bool,
+}
+
+/// `prepare`'s request: what the next `evaluate` will name.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Prepare {
+    pub task_dir: String,
+    pub candidate: String,
+    pub config: Value,
+}
+
+/// `prepare`'s answer: whether a runner is being prepared (a candidate the static checks
+/// reject is not; its evaluation says why).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Prepared {
+    #[serde(default)]
+    pub accepted: bool,
+    #[serde(default)]
+    pub message: Option<String>,
 }
 
 /// Overrides of the harness's timing defaults; every field absent means "the default".
@@ -212,6 +234,10 @@ pub struct Phases {
     /// Inputs and outputs between judge and runner.
     #[serde(default)]
     pub transfers: f64,
+    /// Off the critical path: the start and import of a runner prepared while the
+    /// previous candidate was timed (`prepare`); not part of the evaluation's time.
+    #[serde(default)]
+    pub ahead: f64,
     /// The daemon's share before this evaluation: from the previous result on the same
     /// slot to this request sent (recording that result, the stop rules, the scheduler,
     /// the agent's proposal, the start events). Absent on a slot's first evaluation and
@@ -333,6 +359,7 @@ impl PhaseTotals {
             (&mut s.timed_checks, p.timed_checks),
             (&mut s.profile, p.profile),
             (&mut s.transfers, p.transfers),
+            (&mut s.ahead, p.ahead),
         ] {
             *dst += src;
         }
@@ -368,6 +395,7 @@ impl PhaseTotals {
             timed_checks: div(s.timed_checks),
             profile: div(s.profile),
             transfers: div(s.transfers),
+            ahead: div(s.ahead),
             daemon_gap: per(s.daemon_gap, self.with_gap),
             daemon_record: per(s.daemon_record, self.with_record),
             other: Default::default(),

@@ -73,6 +73,9 @@ fn every_golden_file_is_checked() {
             "evaluate.refused.reply.json",
             "evaluate.reply.json",
             "evaluate.request.json",
+            "prepare.rejected.reply.json",
+            "prepare.reply.json",
+            "prepare.request.json",
             "ready.json",
             "shutdown.reply.json",
             "shutdown.request.json",
@@ -136,6 +139,20 @@ fn evaluate() {
     assert!(refused.into_body().unwrap_err().contains("no task.toml"));
     let aborted: Reply<Evaluated> = round_trip("evaluate.aborted.reply.json");
     assert!(aborted.aborted && !aborted.ok);
+}
+
+#[test]
+fn prepare() {
+    let Request::Prepare(p) = request_round_trip("prepare.request.json") else {
+        panic!("not a prepare request");
+    };
+    assert!(p.task_dir.ends_with("/demo") && p.config["BLOCK_M"] == 32);
+    let ok: Reply<Prepared> = round_trip("prepare.reply.json");
+    assert!(ok.into_body().unwrap().accepted);
+    let no: Reply<Prepared> = round_trip("prepare.rejected.reply.json");
+    let body = no.into_body().unwrap();
+    assert!(!body.accepted && body.message.unwrap().contains("static checks"));
+    tolerant::<Reply<Prepared>>("prepare.reply.json");
 }
 
 #[test]

@@ -26,7 +26,7 @@ pub fn secs(s: f64) -> String {
 }
 
 /// The table's columns: a header and what it sums of one evaluation's phases.
-fn columns(p: &Phases) -> [(&'static str, Option<f64>); 10] {
+fn columns(p: &Phases) -> [(&'static str, Option<f64>); 11] {
     [
         ("STATIC", Some(p.static_check)),
         ("RUNNER", Some(p.runner_wait)),
@@ -40,6 +40,8 @@ fn columns(p: &Phases) -> [(&'static str, Option<f64>); 10] {
         ("TIMING", Some(p.timing + p.timed_checks)),
         ("PROFILE", Some(p.profile)),
         ("XFER", Some(p.transfers)),
+        // Done ahead, while the previous candidate was timed: not in TOTAL (compile-ahead).
+        ("AHEAD", Some(p.ahead)),
         // The gap from the previous result to this request: it holds the previous
         // record's commit, so it alone is the daemon's share per evaluation.
         ("DAEMON", p.daemon_gap),

@@ -142,6 +142,11 @@ pub trait Agent: Send + Sync {
     fn slow(&self) -> bool {
         false
     }
+    /// True for agents whose proposal may be asked for before the previous result is in
+    /// (compile-ahead, engine/ahead.rs): fast, and a pure function of its arguments.
+    fn proposes_ahead(&self) -> bool {
+        false
+    }
     /// The next candidate for iteration `iteration`, or None when nothing untried is left.
     fn propose(
         &self,

@@ -190,6 +190,10 @@ fn rng_for(goal: &str, iteration: u64) -> StdRng {
 }
 
 impl Agent for SearchAgent {
+    fn proposes_ahead(&self) -> bool {
+        true
+    }
+
     fn propose(
         &self,
         goal: &GoalProjection,

@@ -72,6 +72,8 @@ impl Engine {
         let Some(work) = self.take_work(goal, slot, cancel).await? else {
             return Ok(());
         };
+        // The next candidate's runner starts and imports while this one is timed.
+        self.prepare_ahead(goal, slot, worker).await;
         let outcome = async {
             let result = self
                 .evaluate(goal, slot, &work, worker, cancel, why)
@@ -206,7 +208,10 @@ impl Engine {
                 let unsafe_command = proj.spec.agent.kind() == AgentKind::Command
                     && !nix::unistd::geteuid().is_root()
                     && !self.is_trusted(proj.owner_uid);
+                let ahead = self.take_ahead(goal, slot, &history);
                 let proposed = match agent::for_goal(&proj, env) {
+                    // Proposed ahead for this slot, and prepared (ahead.rs).
+                    _ if ahead.is_some() => Ok(ahead),
                     _ if unsafe_command => Err(anyhow!(
                         "a command agent of uid {} would run as kerneld's user; only root, \
                          kerneld's user or the admin group may use one on this daemon",

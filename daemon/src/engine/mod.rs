@@ -21,6 +21,7 @@
 //!   runs and handed back (or killed) when it ends.
 //! - `state` (a std mutex) is never held across an await.
 
+mod ahead;
 mod auth;
 mod dispatch;
 mod evaluation;
@@ -83,6 +84,8 @@ struct GoalRt {
     agent_failures: u32,
     /// No lease before this instant (back-off after an agent failure).
     not_before: Option<Instant>,
+    /// The proposal made ahead for a slot's next lease (compile-ahead, ahead.rs).
+    ahead: Option<ahead::Ahead>,
 }
 
 impl GoalRt {
@@ -96,6 +99,7 @@ impl GoalRt {
             exhausted: false,
             agent_failures: 0,
             not_before: None,
+            ahead: None,
         }
     }
 }

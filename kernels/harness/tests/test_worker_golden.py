@@ -45,3 +45,19 @@ def test_the_judge_ready_line_has_every_golden_field():
     finally:
         w.p.kill()
         w.p.wait()
+
+
+def test_the_judge_answers_the_golden_prepare_with_every_golden_field():
+    w = Worker(cwd="/tmp")
+    try:
+        for name, cand in (("prepare.reply.json", SEED),
+                           ("prepare.rejected.reply.json", str(DEMO.parent / "harness" / "tests" / "adversarial"
+                                                                / "thread.py"))):
+            req = load("prepare.request.json")
+            req.update(task_dir=str(DEMO), candidate=cand)
+            got, want = w.ask(req), load(name)
+            assert set(want) <= set(got), set(want) - set(got)
+            assert got["accepted"] == want["accepted"], got
+    finally:
+        w.p.kill()
+        w.p.wait()
