@@ -1,45 +1,106 @@
 #!/usr/bin/env bash
-# Issue #12's benchmark in one device call: the shipped kernels/mla/mla.toml through the real
-# daemon on one GPU for MINUTES minutes (default 8; the issue wants >= 10 min after warm-up:
-# a device call is at most 600 s, so MINUTES=8 gives a first look, the full figure needs
-# a longer lease), then scripts/gpu/throughput.py prints evaluations/hour, GPU-busy fraction, daemon
-# overhead per evaluation, first-evaluation latency from enqueue and the per-phase means.
-# Binaries: $BIN (default .device/bin if present, else target/release; built there with
-# `cargo build --release` when cargo is on PATH). Everything lands under $OUT:
-# throughput.json (the figures), events.jsonl, status.json, show.txt, kerneld.log.
+# Issue #12's benchmark in ONE device call of at most 9 minutes (BUDGET_S, default 510 s of
+# the call's 540): the shipped kernels/mla/mla.toml through the real daemon (release
+# binaries), then scripts/gpu/throughput.py prints evaluations/hour after warm-up, the
+# GPU-busy fraction, the daemon's overhead per evaluation, the first evaluation's latency
+# from enqueue and the per-phase breakdown (means, and the first evaluation's), JSON under $OUT.
+#
+#   A. a fresh daemon on an empty state directory (judge compile caches empty: the truly
+#      fresh cost), the goal enqueued once its worker is up, run until RESTART_S are left;
+#   B. the daemon restarted on the same state directory (caches kept, as after a reboot or
+#      an upgrade) and a copy of the goal under another name enqueued: its first evaluation
+#      is the warm-cache latency.
+# The issue's ">= 10 minutes after warm-up" needs a longer lease than one call; A's window is
+# what fits (about 5-6 minutes after a 60 s warm-up).
+#
+# Binaries: $BIN, else .device/bin, else the first .device/*/target/release holding kerneld
+# (how the lead carries them, see session3_call3.sh), else target/release (built if cargo is
+# there). Python: $KERNELD_PYTHON, else /opt/torch/.venv/bin/python3, else python3.
+# CPU check (no GPU): GOAL_FILE=kernels/demo/... KERNELD_ARGS="--cpu --allow-unsandboxed".
+# Files under $OUT: throughput.json, events.jsonl, events_restart.jsonl, status.json,
+# show.txt, report.txt, kerneld.log, gpus.csv.
 set -u
-OUT="${OUT:?set OUT}"; MINUTES="${MINUTES:-8}"; WARMUP_S="${WARMUP_S:-60}"
+OUT="${OUT:?set OUT}"
+BUDGET_S="${BUDGET_S:-510}"; WARMUP_S="${WARMUP_S:-60}"; RESTART_S="${RESTART_S:-110}"
 root="$(cd "$(dirname "$0")/../.." && pwd)"; cd "$root"
+GOAL_FILE="${GOAL_FILE:-$root/kernels/mla/mla.toml}"
+t_start=$(date +%s)
+left() { echo $((BUDGET_S - ($(date +%s) - t_start))); }
+
 BIN="${BIN:-}"
 if [ -z "$BIN" ]; then
   if [ -x .device/bin/kerneld ]; then BIN=.device/bin
-  else BIN=target/release; command -v cargo >/dev/null && cargo build --release -q -p kerneld -p kernelctl; fi
+  else
+    for d in .device/*/target/release; do [ -x "$d/kerneld" ] && { BIN=$d; break; }; done
+    if [ -z "$BIN" ]; then
+      BIN=target/release; command -v cargo >/dev/null && cargo build --release -q -p kerneld -p kernelctl
+    fi
+  fi
 fi
 BIN="$(cd "$BIN" && pwd)"
-PY="${KERNELD_PYTHON:-python3}"
-W="$(mktemp -d /tmp/kdtp.XXXX)"; sock="$W/k.sock"; cfg="$W/kerneld.toml"
+PY="${KERNELD_PYTHON:-}"
+[ -z "$PY" ] && { [ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3 || PY=python3; }
+W="$(mktemp -d /tmp/kdtp.XXXX)"; sock="$W/k.sock"; cfg="$W/kerneld.toml"; state="$W/state"
 export PYTHONUNBUFFERED=1 NO_COLOR=1
-nvidia-smi --query-gpu=index,uuid,name,clocks.sm --format=csv,noheader > "$OUT/gpus.csv" 2>&1
-uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
+ctl="$BIN/kernelctl --socket $sock"
+uuid=""
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=index,uuid,name,clocks.sm --format=csv,noheader > "$OUT/gpus.csv" 2>&1
+  uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
+fi
 printf 'eval_timeout = "5m"\nworker_start_timeout = "3m"\n' > "$cfg"
 [ -n "$uuid" ] && printf 'gpus = ["%s"]\n' "$uuid" >> "$cfg"
-"$BIN/kerneld" --config "$cfg" --state-dir "$W/state" --socket "$sock" --kernels "$root/kernels" \
-    --python "$PY" > "$OUT/kerneld.log" 2>&1 &
-pid=$!
-ctl="$BIN/kernelctl --socket $sock"
-for _ in $(seq 300); do $ctl version >/dev/null 2>&1 && break; sleep 0.1; done
-# A long-running daemon has a warm worker: wait for it (the first-evaluation figure is
-# "on a fresh daemon", from enqueue, with the worker already up as it is after boot).
-for _ in $(seq 900); do
-  $ctl --json gpus | "$PY" -c 'import json,sys; d=json.load(sys.stdin)["devices"]; sys.exit(0 if d and all(x.get("worker_pid") for x in d) else 1)' && break
-  sleep 0.2
-done
-echo "== enqueue $(date +%T)"
-id=$($ctl enqueue "$root/kernels/mla/mla.toml")
-sleep $((MINUTES * 60))
+# The restart's goal: the same file under another name (a goal's name is unique while active).
+warm_goal="$W/$(basename "$GOAL_FILE")"
+sed 's/^name *= *"\(.*\)"/name = "\1-restarted"/' "$GOAL_FILE" > "$warm_goal"
+
+pid=""
+start_daemon() {
+  # shellcheck disable=SC2086
+  "$BIN/kerneld" --config "$cfg" --state-dir "$state" --socket "$sock" --kernels "$root/kernels" \
+      --python "$PY" ${KERNELD_ARGS:-} >> "$OUT/kerneld.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 300); do $ctl version >/dev/null 2>&1 && break; sleep 0.1; done
+  # A long-running daemon has a warm worker: wait for it (at most 150 s), so the first
+  # evaluation's figure is "from enqueue, the worker already up", as after boot.
+  for _ in $(seq 150); do
+    $ctl --json gpus | "$PY" -c 'import json,sys; d=json.load(sys.stdin)["devices"]; sys.exit(0 if d and all(x.get("worker_pid") for x in d) else 1)' 2>/dev/null && break
+    sleep 1
+  done
+}
+stop_daemon() {
+  [ -n "$pid" ] || return 0
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+  kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; pid=""
+}
+analyse() {
+  stop_daemon
+  local extra=()
+  [ -s "$OUT/events_restart.jsonl" ] && extra=(--restart-events "$OUT/events_restart.jsonl")
+  "$PY" scripts/gpu/throughput.py "$OUT/events.jsonl" --warmup-s "$WARMUP_S" "${extra[@]}" \
+      --out "$OUT/throughput.json"
+}
+trap analyse EXIT
+
+echo "== A: fresh daemon, empty caches $(date +%T)"
+start_daemon
+id=$($ctl enqueue "$GOAL_FILE")
+echo "enqueued $id ($(left) s left)"
+while [ "$(left)" -gt "$RESTART_S" ]; do sleep 5; done
 $ctl --json status > "$OUT/status.json"; $ctl show "$id" > "$OUT/show.txt" 2>&1
-$ctl --json events "$id" > "$OUT/events.jsonl"
 $ctl report "$id" > "$OUT/report.txt" 2>&1
-$ctl cancel "$id" >/dev/null 2>&1; kill -TERM $pid; wait $pid
-echo "== done $(date +%T)"
-"$PY" scripts/gpu/throughput.py "$OUT/events.jsonl" --warmup-s "$WARMUP_S" --out "$OUT/throughput.json"
+$ctl --json events "$id" > "$OUT/events.jsonl"
+$ctl cancel "$id" >/dev/null 2>&1
+stop_daemon
+
+echo "== B: restarted on the same state (caches kept) $(date +%T)"
+start_daemon
+wid=$($ctl enqueue "$warm_goal")
+while [ "$(left)" -gt 15 ]; do
+  $ctl --json events "$wid" | grep -q '"evaluation_finished"' && break
+  sleep 1
+done
+$ctl --json events "$wid" > "$OUT/events_restart.jsonl"
+$ctl cancel "$wid" >/dev/null 2>&1
+echo "== done $(date +%T) ($(left) s of the budget left)"

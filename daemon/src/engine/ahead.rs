@@ -109,7 +109,7 @@ impl Engine {
                 return None;
             }
         };
-        let source = seed_source(&proj, &proposal)?;
+        let source = proposal_source(&proj, &proposal)?;
         Some((proposal, source))
     }
 
@@ -126,15 +126,18 @@ impl Engine {
         if a.slot != slot {
             return None;
         }
-        let source = seed_source(&rt.proj, &a.proposal)?;
+        let source = proposal_source(&rt.proj, &a.proposal)?;
         agent::check_new(&rt.proj, history, &source, &a.proposal.config)
             .ok()
             .map(|_| a.proposal)
     }
 }
 
-/// A proposal's source: its own, or its seed's.
-fn seed_source(proj: &crate::projection::GoalProjection, p: &Proposal) -> Option<String> {
+/// A proposal's source: its own, or its seed's (None: a seed the goal does not have).
+pub(super) fn proposal_source(
+    proj: &crate::projection::GoalProjection,
+    p: &Proposal,
+) -> Option<String> {
     match &p.source {
         Some(s) => Some(s.clone()),
         None => proj

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::anyhow;
 use tokio_util::sync::CancellationToken;
 
+use super::ahead::proposal_source;
 use super::{CommitGuard, Engine};
 use crate::agent;
 use crate::candidate::candidate_id;
@@ -274,16 +275,8 @@ impl Engine {
                     .await?;
                 return Ok(None);
             };
-            let source = match &proposal.source {
-                Some(s) => s.clone(),
-                None => proj
-                    .spec
-                    .seeds
-                    .iter()
-                    .find(|s| s.name == proposal.seed)
-                    .map(|s| s.source.clone())
-                    .ok_or_else(|| anyhow!("agent proposed unknown seed {}", proposal.seed))?,
-            };
+            let source = proposal_source(&proj, &proposal)
+                .ok_or_else(|| anyhow!("agent proposed unknown seed {}", proposal.seed))?;
             // Re-read: another lease of this goal may have proposed while a slow agent ran.
             let iteration = self.state.lock().unwrap().goals[goal].proj.iteration + 1;
             let candidate = candidate_id(&source, &proposal.config);
