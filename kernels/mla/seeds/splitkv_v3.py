@@ -65,12 +65,15 @@ SPACE = {
     "PF_DIST": [0, 1, 2, 3],          # gluon: also prefetch into L2 the tile this many tiles past the ring's newest
     "O_STORE": ["rows", "mma"],       # gluon: store o / o_j row by row (through smem) or in the wgmma layout
     "LAUNCH": ["jit", "cached"],      # cached: relaunch the compiled kernel directly (skips the JIT's binder)
+    "TILE_FIRST": ["off", "on"],      # tl: a split of one tile is loaded before q (no loop: the B=1 s8192 plan)
+    "TL_PF_TILES": [0, 4, 8, 2],      # tl: L2-prefetch the split's first tiles before loading q (GPU, contiguous rows)
 }
 # DEFAULT: the plain configuration (one core for every shape); BEST: the one measured fastest (below).
 DEFAULT = {"CORE": "gluon", "BLOCK_N": 64, "STAGES": 2, "P_VIA": "smem", "BLOCK_H": 64, "num_warps": 8,
            "num_stages": 2, "WAVES": 1, "MIN_SPLIT_TILES": 1, "COMBINE": "spin", "PARTIAL": "input",
            "MERGE_TILE": 16384, "LAT_GROUPS": 8, "LAT_CORE": "same", "LAT_MIN_SPLIT_TILES": "same",
-           "LAT_COMBINE": "same", "PF_DIST": 0, "O_STORE": "rows", "LAUNCH": "jit"}
+           "LAT_COMBINE": "same", "PF_DIST": 0, "O_STORE": "rows", "LAUNCH": "jit", "TILE_FIRST": "off",
+           "TL_PF_TILES": 0}
 # Measured (NOTES.md "v3", GPU calls 1-2): the Gluon core for batches, the tl core for B=1 (its spin merge is
 # ~5 µs faster there), o stored row by row. bench.py, H200: 23.7 / 205.9 / 43.9 / 202.7 µs (b1_s8192 / b64_s8192 /
 # b1_s32768 / b128_s4096), 1.75-2.27x torch.compile. PF_DIST > 0 and LAUNCH="cached" compile and pass the CPU
@@ -310,12 +313,47 @@ def _merge_tile(op_ptr, lsep_ptr, o_ptr, lse_ptr, b, h0, d0, H, NS, stride_ob, s
 
 
 @triton.jit
+def _tile_tl(kv_base, n0, end, offs_n0, offs_dl, offs_dr, mask_dl, mask_dr,
+             STRIDE_KN: tl.constexpr, DL: tl.constexpr, EVEN_N: tl.constexpr, MASK_D: tl.constexpr):
+    """Cache rows [n0, n0 + BLOCK_N) of one batch: the latent and the rotary part (rows >= end read 0)."""
+    off = (n0 + offs_n0)[:, None] * STRIDE_KN
+    if EVEN_N:
+        mask_n = n0 < end
+    else:
+        mask_n = ((n0 + offs_n0) < end)[:, None]
+    if MASK_D:
+        c_nope = tl.load(kv_base + off + offs_dl[None, :], mask=mask_n & mask_dl[None, :], other=0.0)
+        c_pe = tl.load(kv_base + off + DL + offs_dr[None, :], mask=mask_n & mask_dr[None, :], other=0.0)
+    else:
+        c_nope = tl.load(kv_base + off + offs_dl[None, :], mask=mask_n, other=0.0)
+        c_pe = tl.load(kv_base + off + DL + offs_dr[None, :], mask=mask_n, other=0.0)
+    return c_nope, c_pe
+
+
+@triton.jit
+def _step_tl(q_nope, q_pe, c_nope, c_pe, qk_scale, m_i, l_i, acc, n0, end, offs_n0, EVEN_N: tl.constexpr):
+    """One tile of the online softmax: the tile is the key (all dims) and the value (its latent dims)."""
+    s = tl.dot(q_nope, tl.trans(c_nope))
+    s = tl.dot(q_pe, tl.trans(c_pe), s)
+    s = s * qk_scale
+    if not EVEN_N:
+        s = tl.where((n0 + offs_n0 < end)[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))              # finite: every tile holds >= 1 valid row
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(c_nope.dtype), c_nope, acc * alpha[:, None])
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _split_tl(q_ptr, kv_ptr, scale_ptr, o_ptr, lse_ptr, op_ptr, lsep_ptr, cnt_ptr,
               S, H, NUM_HG, split_len, NS, stride_qb, stride_kb, stride_ob, stride_oh, stride_lb,
               STRIDE_QH: tl.constexpr, STRIDE_KN: tl.constexpr, DL: tl.constexpr, DR: tl.constexpr,
               BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DL: tl.constexpr, BLOCK_DR: tl.constexpr,
               EVEN_N: tl.constexpr, MASK_D: tl.constexpr, MASK_HD: tl.constexpr,
-              MODE: tl.constexpr, HC: tl.constexpr, DC: tl.constexpr, BLOCK_S: tl.constexpr):
+              MODE: tl.constexpr, HC: tl.constexpr, DC: tl.constexpr, BLOCK_S: tl.constexpr,
+              TILE_FIRST: tl.constexpr, PF_LINES: tl.constexpr):
     pid_s = tl.program_id(0)
     pid_g = tl.program_id(1)
     b = pid_g // NUM_HG
@@ -330,6 +368,21 @@ def _split_tl(q_ptr, kv_ptr, scale_ptr, o_ptr, lse_ptr, op_ptr, lsep_ptr, cnt_pt
     start = pid_s * split_len
     end = tl.minimum(start + split_len, S)
     kv_base = kv_ptr + b.to(tl.int64) * stride_kb
+    if PF_LINES > 0:
+        # L2 prefetch of the split's first PF_LINES 128-byte lines (rows contiguous: STRIDE_KN == DL + DR), issued
+        # before q is loaded: in the pipelined loop's SASS the first tile's cp.async goes out only after q's loads
+        # have landed in shared memory, and each later tile's only after the previous tile's p.V
+        lines = tl.arange(0, PF_LINES)
+        n_lines = ((end - start) * STRIDE_KN * 2 + 127) // 128
+        ok = (lines < n_lines).to(tl.int32)
+        tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }", "=r,l,r",
+            [kv_base + start * STRIDE_KN + lines * 64, ok], dtype=tl.int32, is_pure=False, pack=1)
+    if TILE_FIRST:
+        # the split is one tile: its loads go out before q's, so the two round trips overlap (no loop, no ring:
+        # 147 KB of shared memory; the pipelined loop's SASS issues the tile's cp.async only once q has landed)
+        c_nope, c_pe = _tile_tl(kv_base, start, end, offs_n0, offs_dl, offs_dr, mask_dl, mask_dr,
+                                STRIDE_KN, DL, EVEN_N, MASK_D)
 
     q_rows = q_ptr + b.to(tl.int64) * stride_qb + offs_h[:, None] * STRIDE_QH
     if MASK_HD:
@@ -343,30 +396,13 @@ def _split_tl(q_ptr, kv_ptr, scale_ptr, o_ptr, lse_ptr, op_ptr, lsep_ptr, cnt_pt
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_DL], tl.float32)
 
-    for n0 in range(start, end, BLOCK_N):
-        offs_n = n0 + offs_n0
-        off = offs_n[:, None] * STRIDE_KN
-        if EVEN_N:
-            mask_n = n0 < end
-        else:
-            mask_n = (offs_n < end)[:, None]
-        if MASK_D:
-            c_nope = tl.load(kv_base + off + offs_dl[None, :], mask=mask_n & mask_dl[None, :], other=0.0)
-            c_pe = tl.load(kv_base + off + DL + offs_dr[None, :], mask=mask_n & mask_dr[None, :], other=0.0)
-        else:
-            c_nope = tl.load(kv_base + off + offs_dl[None, :], mask=mask_n, other=0.0)
-            c_pe = tl.load(kv_base + off + DL + offs_dr[None, :], mask=mask_n, other=0.0)
-        s = tl.dot(q_nope, tl.trans(c_nope))
-        s = tl.dot(q_pe, tl.trans(c_pe), s)
-        s = s * qk_scale
-        if not EVEN_N:
-            s = tl.where((offs_n < end)[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = tl.dot(p.to(c_nope.dtype), c_nope, acc * alpha[:, None])
-        m_i = m_new
+    if TILE_FIRST:
+        m_i, l_i, acc = _step_tl(q_nope, q_pe, c_nope, c_pe, qk_scale, m_i, l_i, acc, start, end, offs_n0, EVEN_N)
+    else:
+        for n0 in range(start, end, BLOCK_N):
+            c_nope, c_pe = _tile_tl(kv_base, n0, end, offs_n0, offs_dl, offs_dr, mask_dl, mask_dr,
+                                    STRIDE_KN, DL, EVEN_N, MASK_D)
+            m_i, l_i, acc = _step_tl(q_nope, q_pe, c_nope, c_pe, qk_scale, m_i, l_i, acc, n0, end, offs_n0, EVEN_N)
 
     if MODE == 0:
         o = acc / l_i[:, None]
@@ -494,6 +530,14 @@ def _gluon_stages(block_n: int, want: int, dl: int, dr: int) -> int:
     return max(1, min(int(want), fit))
 
 
+def _pf_lines(tiles: int, split_len: int, block_n: int, d: int, device: torch.device, use_gluon: bool) -> int:
+    """128-byte lines of the tl core's L2 prefetch (a power of two covering the first `tiles` tiles of a split,
+    16-bit rows of d elements); 0 on the CPU (the interpreter runs no inline PTX) and for the Gluon core."""
+    if tiles <= 0 or use_gluon or device.type != "cuda":
+        return 0
+    return _next_pow2(triton.cdiv(min(tiles * block_n, split_len) * d * 2, 128))
+
+
 def plan(B: int, H: int, S: int, DL: int, DR: int, config: dict, device: torch.device,
          gluon_ok: bool = True) -> dict:
     """The launch plan for one call (pure host arithmetic): core, tiles, split count, merge mode."""
@@ -545,6 +589,8 @@ def plan(B: int, H: int, S: int, DL: int, DR: int, config: dict, device: torch.d
                 BLOCK_DR=BLOCK_DR, HC=HC, DC=DC, HC2=HC2, DC2=DC2, ML=_merge_layout(BLOCK_S, HC, DC), EVEN_N=(S % BLOCK_N == 0),
                 MASK_D=not (DL == BLOCK_DL and DR == BLOCK_DR),
                 MASK_HD=not (DL == BLOCK_DL and DR == BLOCK_DR and H % BLOCK_H == 0),
+                TILE_FIRST=cfg["TILE_FIRST"] == "on" and not use_gluon and split_len == BLOCK_N,
+                PF_LINES=_pf_lines(int(cfg["TL_PF_TILES"]), split_len, BLOCK_N, DL + DR, device, use_gluon),
                 P_SMEM=cfg["P_VIA"] == "smem", PF_DIST=int(cfg["PF_DIST"]), COALESCE_O=cfg["O_STORE"] == "rows",
                 num_warps=8 if use_gluon else int(cfg["num_warps"]),
                 partial_fp32=cfg["PARTIAL"] == "fp32")
@@ -657,7 +703,8 @@ def mla_decode(inputs: dict, out: dict, config: dict) -> None:
         args = (q, kv, scale, o, lse, op, lsep, cnt, S, H, P["NUM_HG"], P["split_len"], ns,
                 q.stride(0), kv.stride(0), o.stride(0), o.stride(2), lse.stride(0),
                 q.stride(2), kv.stride(1), DL, DR, P["BLOCK_H"], P["BLOCK_N"], P["BLOCK_DL"], P["BLOCK_DR"],
-                P["EVEN_N"], P["MASK_D"], P["MASK_HD"], mode, P["HC"], P["DC"], P["BLOCK_S"])
+                P["EVEN_N"], P["MASK_D"], P["MASK_HD"], mode, P["HC"], P["DC"], P["BLOCK_S"], P["TILE_FIRST"],
+                P["PF_LINES"] if kv.stride(1) == D and kv.element_size() == 2 else 0)
         _launch(_split_tl, (ns, groups, 1), args, dict(num_warps=P["num_warps"], num_stages=P["stages"]),
                 ("t", pkey, _spec_key(args)), cached)
     if mode == MODE_LAUNCH:

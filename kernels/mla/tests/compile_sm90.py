@@ -63,6 +63,7 @@ def _ptx_features(ptx: str) -> dict:
         mma_sync=ptx.count("mma.sync"),
         ldmatrix=ptx.count("ldmatrix"),
         acquire_ld=ptx.count("ld.global.gpu.acquire") + ptx.count("ld.acquire.gpu"),   # spin barrier's acquire
+        prefetch_l2=ptx.count("prefetch.global.L2"),                                 # the tl core's TL_PF_TILES
     )
 
 
@@ -94,7 +95,8 @@ def main():
         types["cnt_ptr"] = "*i32"
         ce = dict(DL=512, DR=64, BLOCK_H=P["BLOCK_H"], BLOCK_N=P["BLOCK_N"], BLOCK_DL=P["BLOCK_DL"],
                   BLOCK_DR=P["BLOCK_DR"], EVEN_N=(S % P["BLOCK_N"] == 0), MODE=P["mode"],
-                  HC=P["HC"], DC=P["DC"], BLOCK_S=P["BLOCK_S"])
+                  HC=P["HC"], DC=P["DC"], BLOCK_S=P["BLOCK_S"], TILE_FIRST=P.get("TILE_FIRST", False),
+                  PF_LINES=P.get("PF_LINES", 0))
         if v2:
             ce.update(STRIDE_QH=576, STRIDE_KN=576, MASK_D=False, MASK_HD=P["MASK_HD"],
                       PREFETCH_REGS=P.get("PREFETCH_REGS"), PACK=P.get("PACK"))
