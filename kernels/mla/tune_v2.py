@@ -97,7 +97,8 @@ CONFIGS_V3B = [
     ("g_pf2_latlaunch", "v3", {"LAT_CORE": "gluon", "PF_DIST": 2, "LAT_COMBINE": "launch"}),
 ]
 # s4 (written in session 4, not yet run): v3b's rows that never ran (PF_DIST, launch merge for b64, cached relaunch)
-# and the tl core's B=1 prologue options (TILE_FIRST: the one tile before q; TL_PF_TILES: L2 prefetch before q).
+# and the tl core's B=1 options (TILE_FIRST: the one tile before q; TL_PF_TILES: L2 prefetch before q; SPIN_BARRIER
+# "epoch": no departure counter).
 # "_launch" rows against their spin twins separate the merge's cost; host us and graph us separate launch cost.
 CONFIGS_S4 = [
     ("v3_best", "v3", {}),
@@ -110,6 +111,8 @@ CONFIGS_S4 = [
     ("tf_m32k", "v3", {"TILE_FIRST": "on", "MERGE_TILE": 32768}),
     ("tlpf4", "v3", {"TL_PF_TILES": 4}),
     ("tf_tlpf4", "v3", {"TILE_FIRST": "on", "TL_PF_TILES": 4}),
+    ("tf_epoch", "v3", {"TILE_FIRST": "on", "SPIN_BARRIER": "epoch"}),
+    ("tf_tlpf4_epoch", "v3", {"TILE_FIRST": "on", "TL_PF_TILES": 4, "SPIN_BARRIER": "epoch"}),
     ("tf_tlpf4_pf2", "v3", {"TILE_FIRST": "on", "TL_PF_TILES": 4, "PF_DIST": 2}),
     ("tf_tlpf4_pf2_cached", "v3", {"TILE_FIRST": "on", "TL_PF_TILES": 4, "PF_DIST": 2, "LAUNCH": "cached"}),
     ("cached", "v3", {"LAUNCH": "cached"}),
