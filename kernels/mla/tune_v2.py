@@ -105,6 +105,7 @@ CONFIGS_S4 = [
     ("pf1", "v3", {"PF_DIST": 1}),
     ("pf2", "v3", {"PF_DIST": 2}),
     ("pf3", "v3", {"PF_DIST": 3}),
+    ("launch", "v3", {"COMBINE": "launch", "LAT_COMBINE": "spin"}),
     ("launch_pf2", "v3", {"COMBINE": "launch", "LAT_COMBINE": "spin", "PF_DIST": 2}),
     ("tf", "v3", {"TILE_FIRST": "on"}),
     ("tf_latlaunch", "v3", {"TILE_FIRST": "on", "LAT_COMBINE": "launch"}),
