@@ -115,6 +115,10 @@ CONFIGS_S4 = [
     ("tf_epoch", "v3", {"TILE_FIRST": "on", "SPIN_BARRIER": "epoch"}),
     ("tf_tlpf4_epoch", "v3", {"TILE_FIRST": "on", "TL_PF_TILES": 4, "SPIN_BARRIER": "epoch"}),
     ("tf_tlpf4_pf2", "v3", {"TILE_FIRST": "on", "TL_PF_TILES": 4, "PF_DIST": 2}),
+    # every B=1 option at once (with TILE_FIRST's smaller register budget, MERGE_TILE=32768 compiles without spills)
+    ("b1_all", "v3", {"TILE_FIRST": "on", "TL_PF_TILES": 4, "SPIN_BARRIER": "epoch", "MERGE_TILE": 32768}),
+    ("b1_all_pf2", "v3", {"TILE_FIRST": "on", "TL_PF_TILES": 4, "SPIN_BARRIER": "epoch", "MERGE_TILE": 32768,
+                          "PF_DIST": 2}),
     ("tf_tlpf4_pf2_cached", "v3", {"TILE_FIRST": "on", "TL_PF_TILES": 4, "PF_DIST": 2, "LAUNCH": "cached"}),
     ("cached", "v3", {"LAUNCH": "cached"}),
     ("g_lat_pf2_cached", "v3", {"LAT_CORE": "gluon", "LAT_COMBINE": "launch", "PF_DIST": 2, "LAUNCH": "cached"}),
