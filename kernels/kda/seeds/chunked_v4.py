@@ -44,7 +44,9 @@ SPACE = {
     "BK": [32, 16],              # K slice of the A / P pass (stacked tiles: [C, 4 BK])
     "PREP_WARPS": [4, 8],
     "MAXNREG": [0, 168],         # ptxas register cap of the preparation (168: 3 programs of 4 warps/SM)
-    "BVP": [64, 32, 128],        # column slice of W = Tm (.) and U~ = Tm (beta V)
+    "BVP": [64, 32, 128],        # column slice of W = Tm (.) and U~ = Tm (beta V) (WU_LOAD late)
+    "WU_LOAD": ["late", "early"],  # W / U~ right-hand sides loaded after the inverse (by slices),
+                                 # or whole before it (their latency behind the dot chain)
     "AP_DOT": ["tf32", "lowp"],  # A / P dot operands: fp32 via tf32, or bf16 (fp32 in CPU mode)
     "P": ["fused", "own"],       # Q^ / P in the A program, or in a launch of their own (first)
     "INV": ["fused", "split"],   # (I + A)^-1 and W / U~ in the A program, or in a second launch
@@ -55,7 +57,8 @@ SPACE = {
     "SCAN_WARPS": [4, 8],
     "SCAN_STAGES": [3, 2, 1],
 }
-BEST = {"C": 64, "BC": 16, "BK": 32, "PREP_WARPS": 4, "MAXNREG": 0, "BVP": 64, "AP_DOT": "tf32",
+BEST = {"C": 64, "BC": 16, "BK": 32, "PREP_WARPS": 4, "MAXNREG": 0, "BVP": 64, "WU_LOAD": "late",
+        "AP_DOT": "tf32",
         "P": "fused", "INV": "fused", "INV_WARPS": 4, "INV_DOT": "tf32",
         "BV": "auto", "SCAN_WARPS": 4, "SCAN_STAGES": 3}
 DEFAULT = dict(BEST)
@@ -129,7 +132,7 @@ def _kda_prep_v4(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr
                  T, H, NT, scale,
                  K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr,
                  BK: tl.constexpr, BVP: tl.constexpr, AP_DT: tl.constexpr, INV_DOT: tl.constexpr,
-                 SPLIT: tl.constexpr, DO_P: tl.constexpr):
+                 SPLIT: tl.constexpr, DO_P: tl.constexpr, EARLY: tl.constexpr):
     """One program per (chunk, b*h): A (and P unless P = "own"), then the inverse and W / U~."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
@@ -157,7 +160,7 @@ def _kda_prep_v4(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr
         tl.store(a_scr + crow0 * C + ri * C + cj, a_mat)
     else:
         tl.debug_barrier()                           # the parked rows were written by other threads
-        _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT)
+        _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT, EARLY)
 
 
 @triton.jit
@@ -186,7 +189,7 @@ def _kda_qp_v4(q, k, g, q_hat, p_mat, T, H, NT, scale,
 @triton.jit
 def _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H,
             K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BVP: tl.constexpr,
-            INV_DOT: tl.constexpr):
+            INV_DOT: tl.constexpr, EARLY: tl.constexpr):
     """Tm = (I + A)^-1, then W = Tm (beta e^G K) (parked in W's buffer) and U~ = Tm (beta V).
 
     Blocked doubling: T_2b = T_b - T_b (A_b T_b), A_b coupling each odd b-block to the even one
@@ -200,6 +203,14 @@ def _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H,
     rows = tl.arange(0, C)
     ri = rows[:, None]
     cj = rows[None, :]
+    vb = v + tok0 * V
+    if EARLY:
+        # WU_LOAD = "early": both right-hand sides whole, loaded before the inverse's dot chain so
+        # their latency hides behind it (the A / P accumulators are dead by now: registers free)
+        kk = tl.arange(0, K)[None, :]
+        vv = tl.arange(0, V)[None, :]
+        rhs_w = tl.load(w + crow0 * K + ri * K + kk)
+        rhs_v = tl.load(vb + ri * (H * V) + vv, mask=valid[:, None], other=0.0)
     t_mat = (ri == cj).to(tl.float32)
     for lvl in tl.static_range(0, LEVELS):
         bsz = 1 << lvl
@@ -211,24 +222,29 @@ def _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H,
             y = tl.dot(a_b, t_mat, input_precision=INV_DOT)
             t_mat = t_mat - tl.dot(t_mat, y, input_precision=INV_DOT)
     t_lp = t_mat.to(out_dt)
-    for n0 in tl.static_range(0, K, BVP):
-        nc = n0 + tl.arange(0, BVP)
-        wo = crow0 * K + ri * K + nc[None, :]
-        rhs = tl.load(w + wo)
+    if EARLY:
         tl.debug_barrier()                           # every thread read its rows before any store
-        tl.store(w + wo, tl.dot(t_lp, rhs.to(out_dt)).to(out_dt))
-    vb = v + tok0 * V
-    for n0 in tl.static_range(0, V, BVP):
-        nc = n0 + tl.arange(0, BVP)
-        vs = tl.load(vb + ri * (H * V) + nc[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
-        u_s = tl.dot(t_lp, (beta_c[:, None] * vs).to(out_dt))
-        tl.store(u_tilde + crow0 * V + ri * V + nc[None, :], u_s.to(out_dt))
+        tl.store(w + crow0 * K + ri * K + kk, tl.dot(t_lp, rhs_w.to(out_dt)).to(out_dt))
+        u_s = tl.dot(t_lp, (beta_c[:, None] * rhs_v.to(tl.float32)).to(out_dt))
+        tl.store(u_tilde + crow0 * V + ri * V + vv, u_s.to(out_dt))
+    else:
+        for n0 in tl.static_range(0, K, BVP):
+            nc = n0 + tl.arange(0, BVP)
+            wo = crow0 * K + ri * K + nc[None, :]
+            rhs = tl.load(w + wo)
+            tl.debug_barrier()                       # every thread read its rows before any store
+            tl.store(w + wo, tl.dot(t_lp, rhs.to(out_dt)).to(out_dt))
+        for n0 in tl.static_range(0, V, BVP):
+            nc = n0 + tl.arange(0, BVP)
+            vs = tl.load(vb + ri * (H * V) + nc[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+            u_s = tl.dot(t_lp, (beta_c[:, None] * vs).to(out_dt))
+            tl.store(u_tilde + crow0 * V + ri * V + nc[None, :], u_s.to(out_dt))
 
 
 @triton.jit
 def _kda_inv_wu(v, beta, a_scr, w, u_tilde, T, H, NT,
                 K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BVP: tl.constexpr,
-                INV_DOT: tl.constexpr):
+                INV_DOT: tl.constexpr, EARLY: tl.constexpr):
     """INV = "split": the inverse and W / U~ in their own launch (fewer registers per program)."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
@@ -240,7 +256,7 @@ def _kda_inv_wu(v, beta, a_scr, w, u_tilde, T, H, NT,
     valid = c * C + rows < T
     beta_c = tl.load(beta + tok0 + rows * H, mask=valid, other=0.0).to(tl.float32)
     a_mat = tl.load(a_scr + crow0 * C + rows[:, None] * C + rows[None, :])
-    _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT)
+    _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT, EARLY)
 
 
 @triton.jit
@@ -288,7 +304,7 @@ def prep_args(q, cfg):
     """Constexprs of the preparation that depend on the input dtype (CPU mode: fp16)."""
     lowp_ok = q.dtype == torch.bfloat16           # fp16 cannot hold the e^80 column factors
     ap = tl.bfloat16 if (cfg["AP_DOT"] == "lowp" and lowp_ok) else tl.float32
-    return dict(AP_DT=ap, INV_DOT=cfg["INV_DOT"], DO_P=cfg["P"] == "fused")
+    return dict(AP_DT=ap, INV_DOT=cfg["INV_DOT"], DO_P=cfg["P"] == "fused", EARLY=cfg["WU_LOAD"] == "early")
 
 
 def prep_launch(cfg):
@@ -339,7 +355,8 @@ def inv_wu(v, beta, buf, cfg):
     NT = triton.cdiv(T, C)
     _kda_inv_wu[(NT, B * H)](
         v, beta, buf["a_scr"], buf["w"], buf["u_tilde"], T, H, NT, K=K, V=V, C=C,
-        BVP=min(cfg["BVP"], K, V), INV_DOT=cfg["INV_DOT"], num_warps=cfg["INV_WARPS"])
+        BVP=min(cfg["BVP"], K, V), INV_DOT=cfg["INV_DOT"], EARLY=cfg["WU_LOAD"] == "early",
+        num_warps=cfg["INV_WARPS"])
 
 
 def scan(q, v, h0, buf, out, cfg):
