@@ -39,13 +39,14 @@ SEEDS = {"v3": "chunked_v3.py", "v4": "chunked_v4.py"}
 CONFIGS = {
     "v3": ("v3", {}),
     "v4": ("v4", {}),
-    "v4[BK=16]": ("v4", {"BK": 16}),
     "v4[BK=16,MAXNREG=168]": ("v4", {"BK": 16, "MAXNREG": 168}),
     "v4[P=own]": ("v4", {"P": "own"}),
     "v4[P=own,MAXNREG=168]": ("v4", {"P": "own", "MAXNREG": 168}),
     "v4[P=own,BK=16,MAXNREG=168]": ("v4", {"P": "own", "BK": 16, "MAXNREG": 168}),
     "v4[WU_LOAD=early]": ("v4", {"WU_LOAD": "early"}),
     "v4[P=own,MAXNREG=168,WU_LOAD=early]": ("v4", {"P": "own", "MAXNREG": 168, "WU_LOAD": "early"}),
+    "v4[INV_ORDER=left]": ("v4", {"INV_ORDER": "left"}),
+    "v4[WU_LOAD=early,INV_ORDER=left]": ("v4", {"WU_LOAD": "early", "INV_ORDER": "left"}),
     "v4[INV=split]": ("v4", {"INV": "split"}),
     "v4[P=own,INV=split]": ("v4", {"P": "own", "INV": "split"}),
     # a probe, not a candidate: the Neumann inverse (depth 6 instead of 10) is wrong with nearly

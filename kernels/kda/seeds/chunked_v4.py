@@ -52,6 +52,8 @@ SPACE = {
     "INV": ["fused", "split"],   # (I + A)^-1 and W / U~ in the A program, or in a second launch
     "INV_WARPS": [4, 8],         # warps of that second launch
     "INV_DOT": ["tf32", "tf32x3"],  # precision of the doubling dots of (I + A)^-1
+    "INV_ORDER": ["right", "left"],  # T_b A_b T_b as T_b (A_b T_b), or (T_b A_b) T_b (A_b, known
+                                 # up front, is a B operand: one operand store per level off the chain)
     "BV": ["auto", 32, 16, 64],  # scan: V tile of the state per program (B*H*V/BV programs);
                                  # auto: 16 while B*H*V/16 <= 132 (H200 SMs), else 32
     "SCAN_WARPS": [4, 8],
@@ -59,7 +61,7 @@ SPACE = {
 }
 BEST = {"C": 64, "BC": 16, "BK": 32, "PREP_WARPS": 4, "MAXNREG": 0, "BVP": 64, "WU_LOAD": "late",
         "AP_DOT": "tf32",
-        "P": "fused", "INV": "fused", "INV_WARPS": 4, "INV_DOT": "tf32",
+        "P": "fused", "INV": "fused", "INV_WARPS": 4, "INV_DOT": "tf32", "INV_ORDER": "right",
         "BV": "auto", "SCAN_WARPS": 4, "SCAN_STAGES": 3}
 DEFAULT = dict(BEST)
 
@@ -132,7 +134,7 @@ def _kda_prep_v4(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr
                  T, H, NT, scale,
                  K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr,
                  BK: tl.constexpr, BVP: tl.constexpr, AP_DT: tl.constexpr, INV_DOT: tl.constexpr,
-                 SPLIT: tl.constexpr, DO_P: tl.constexpr, EARLY: tl.constexpr):
+                 SPLIT: tl.constexpr, DO_P: tl.constexpr, EARLY: tl.constexpr, LEFT: tl.constexpr):
     """One program per (chunk, b*h): A (and P unless P = "own"), then the inverse and W / U~."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
@@ -160,7 +162,7 @@ def _kda_prep_v4(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr
         tl.store(a_scr + crow0 * C + ri * C + cj, a_mat)
     else:
         tl.debug_barrier()                           # the parked rows were written by other threads
-        _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT, EARLY)
+        _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT, EARLY, LEFT)
 
 
 @triton.jit
@@ -189,7 +191,7 @@ def _kda_qp_v4(q, k, g, q_hat, p_mat, T, H, NT, scale,
 @triton.jit
 def _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H,
             K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BVP: tl.constexpr,
-            INV_DOT: tl.constexpr, EARLY: tl.constexpr):
+            INV_DOT: tl.constexpr, EARLY: tl.constexpr, LEFT: tl.constexpr):
     """Tm = (I + A)^-1, then W = Tm (beta e^G K) (parked in W's buffer) and U~ = Tm (beta V).
 
     Blocked doubling: T_2b = T_b - T_b (A_b T_b), A_b coupling each odd b-block to the even one
@@ -218,7 +220,10 @@ def _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H,
         a_b = tl.where(couple, a_mat, 0.0)
         if lvl == 0:
             t_mat = t_mat - a_b
-        else:
+        elif LEFT:                                   # (T A_b) T: A_b, fixed, is a B operand
+            y = tl.dot(t_mat, a_b, input_precision=INV_DOT)
+            t_mat = t_mat - tl.dot(y, t_mat, input_precision=INV_DOT)
+        else:                                        # T (A_b T)
             y = tl.dot(a_b, t_mat, input_precision=INV_DOT)
             t_mat = t_mat - tl.dot(t_mat, y, input_precision=INV_DOT)
     t_lp = t_mat.to(out_dt)
@@ -244,7 +249,7 @@ def _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H,
 @triton.jit
 def _kda_inv_wu(v, beta, a_scr, w, u_tilde, T, H, NT,
                 K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BVP: tl.constexpr,
-                INV_DOT: tl.constexpr, EARLY: tl.constexpr):
+                INV_DOT: tl.constexpr, EARLY: tl.constexpr, LEFT: tl.constexpr):
     """INV = "split": the inverse and W / U~ in their own launch (fewer registers per program)."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
@@ -256,7 +261,7 @@ def _kda_inv_wu(v, beta, a_scr, w, u_tilde, T, H, NT,
     valid = c * C + rows < T
     beta_c = tl.load(beta + tok0 + rows * H, mask=valid, other=0.0).to(tl.float32)
     a_mat = tl.load(a_scr + crow0 * C + rows[:, None] * C + rows[None, :])
-    _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT, EARLY)
+    _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT, EARLY, LEFT)
 
 
 @triton.jit
@@ -304,7 +309,8 @@ def prep_args(q, cfg):
     """Constexprs of the preparation that depend on the input dtype (CPU mode: fp16)."""
     lowp_ok = q.dtype == torch.bfloat16           # fp16 cannot hold the e^80 column factors
     ap = tl.bfloat16 if (cfg["AP_DOT"] == "lowp" and lowp_ok) else tl.float32
-    return dict(AP_DT=ap, INV_DOT=cfg["INV_DOT"], DO_P=cfg["P"] == "fused", EARLY=cfg["WU_LOAD"] == "early")
+    return dict(AP_DT=ap, INV_DOT=cfg["INV_DOT"], DO_P=cfg["P"] == "fused", EARLY=cfg["WU_LOAD"] == "early",
+                LEFT=cfg["INV_ORDER"] == "left")
 
 
 def prep_launch(cfg):
@@ -356,7 +362,7 @@ def inv_wu(v, beta, buf, cfg):
     _kda_inv_wu[(NT, B * H)](
         v, beta, buf["a_scr"], buf["w"], buf["u_tilde"], T, H, NT, K=K, V=V, C=C,
         BVP=min(cfg["BVP"], K, V), INV_DOT=cfg["INV_DOT"], EARLY=cfg["WU_LOAD"] == "early",
-        num_warps=cfg["INV_WARPS"])
+        LEFT=cfg["INV_ORDER"] == "left", num_warps=cfg["INV_WARPS"])
 
 
 def scan(q, v, h0, buf, out, cfg):

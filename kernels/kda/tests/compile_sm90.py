@@ -163,7 +163,8 @@ def compile_v4(mod, cfg, scan=True):
     rows.append(_resources(_compile(mod._kda_prep_v4, ptr, ce, warps, 1, **launch), "v4._kda_prep_v4"))
     if split:
         ck = _compile(mod._kda_inv_wu, ptr, dict(K=K, V=V, C=cfg["C"], BVP=min(cfg["BVP"], V),
-                                                 INV_DOT=cfg["INV_DOT"], EARLY=pa["EARLY"]), cfg["INV_WARPS"], 1)
+                                                 INV_DOT=cfg["INV_DOT"], EARLY=pa["EARLY"], LEFT=pa["LEFT"]),
+                      cfg["INV_WARPS"], 1)
         rows.append(_resources(ck, "v4._kda_inv_wu"))
     if scan:
         bv = 32 if cfg["BV"] == "auto" else cfg["BV"]

@@ -3,7 +3,7 @@ offline sm_90 compile of its preparation (no GPU: Triton's bundled ptxas).
 
 What they pin down: v4 against the fp32 oracle in both gate regimes, with and without an initial
 state, ragged lengths, every output written (NaN-poisoned outputs), inputs untouched; every code
-path of SPACE (P fused / own, INV fused / split, WU_LOAD late / early, BK 32 / 16, lowp operands,
+path of SPACE (P fused / own, INV fused / split, WU_LOAD late / early, INV_ORDER, BK 32 / 16, lowp operands,
 tf32x3 inverse, BV);
 v4's stacked A / P equal to v3's per-block dots (same factors, only the dot's summation order
 differs); bit-exact causality at rows inside each sub-block and at a chunk's last row; the
@@ -55,7 +55,8 @@ def test_v4_strong_gates_at_the_bound():
 
 @pytest.mark.parametrize("cfg", [
     {"P": "own", "BK": 16, "BV": 16, "WU_LOAD": "early"},
-    {"INV": "split", "INV_WARPS": 8, "AP_DOT": "lowp", "BVP": 32},
+    {"INV": "split", "INV_WARPS": 8, "AP_DOT": "lowp", "BVP": 32, "INV_ORDER": "left"},
+    {"WU_LOAD": "early", "INV_ORDER": "left"},
     {"P": "own", "INV": "split", "INV_DOT": "tf32x3", "PREP_WARPS": 8, "MAXNREG": 168, "BV": 32,
      "WU_LOAD": "early"},
 ])
