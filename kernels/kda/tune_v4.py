@@ -53,6 +53,13 @@ CONFIGS = {
     # parallel keys (tests/emulate_inv.py); its time says how much the inverse's chain costs
     "v3[neumann]": ("v3", {"INV_ALGO": "neumann"}),
 }
+# the scan with fewer load stages (193 KB of shared memory at 3: one program per SM): only where
+# its programs (B*H*V/BV) outnumber the SMs, e.g. b8_t4096_h16's 512 (4 waves)
+SCAN_CONFIGS = {
+    "v4[SCAN_STAGES=1]": ("v4", {"SCAN_STAGES": 1}),
+    "v4[SCAN_STAGES=2]": ("v4", {"SCAN_STAGES": 2}),
+}
+CONFIGS.update(SCAN_CONFIGS)
 
 
 def _cfg(mods, label, small):
@@ -60,13 +67,14 @@ def _cfg(mods, label, small):
     return mods[seed], dict(mods[seed].BEST, **small, **over)
 
 
-def precompile(labels, shape_name, budget_s):
-    """Compile every config in its own process at once (one run of each at a goal shape)."""
+def precompile(jobs, budget_s):
+    """Compile every (config, shape) in its own process at once (one run of each)."""
     procs = [subprocess.Popen([sys.executable, __file__, "--warm", label, "--warm-shape", shape_name],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for label in labels]
+             for label, shape_name in jobs]
     t0, res = time.time(), {}
-    for label, p in zip(labels, procs):
+    for (label, shape_name), p in zip(jobs, procs):
+        label = f"{label}@{shape_name}"
         try:
             out, _ = p.communicate(timeout=max(1.0, budget_s - (time.time() - t0)))
             res[label] = (p.returncode, out.strip().splitlines()[-1:] if out else [])
@@ -115,7 +123,8 @@ def main():
     others = args.shapes.split(",") if args.shapes else goal[1:]
     mods = {k: load_seed(HERE / "seeds" / v) for k, v in SEEDS.items()}
     small = {"BV": 16} if cpu else {}
-    labels = args.labels.split(";") if args.labels else list(CONFIGS)
+    labels = args.labels.split(";") if args.labels else [lb for lb in CONFIGS if lb not in SCAN_CONFIGS]
+    scan_labels = [] if args.labels else list(SCAN_CONFIGS)
     fla = task._fla_available() and not cpu
     env = env_info()
     rows, table = [], []
@@ -128,7 +137,10 @@ def main():
             out_path.write_text(json.dumps({"env": env, "rows": rows}, indent=1))
 
     if not cpu:
-        pre = precompile(labels, head, min(120.0, left() - 60))
+        big = [n for n in others if n in toml["shapes"] and
+               toml["shapes"][n]["B"] * toml["shapes"][n]["H"] * 128 // 32 > 132]
+        jobs = [(lb, head) for lb in labels] + [(lb, n) for lb in ["v3", "v4"] + scan_labels for n in big[:1]]
+        pre = precompile(jobs, min(120.0, left() - 60))
         row(stage="precompile", result={k: [str(v[0]), v[1]] for k, v in pre.items()})
         print(f"[precompile] {time.time() - t_start:.0f} s: {pre}", flush=True)
 
@@ -210,7 +222,9 @@ def main():
     print(f"[pick] {keep}", flush=True)
     for name in others:
         if left() > 45:
-            measure(name, ["v3"] + keep)
+            sh = shapes_all[name]
+            many = sh["B"] * sh["H"] * sh.get("V", 128) // 32 > 132     # scan programs at BV 32
+            measure(name, ["v3"] + keep + (scan_labels if many else []))
 
     if keep:                                        # held-out shapes and causality, fastest v4
         label = keep[0]
