@@ -33,6 +33,7 @@ import triton  # noqa: E402
 
 import task  # noqa: E402
 from tune import check_outputs, env_info, load_seed  # noqa: E402
+from tune_v3 import _table  # noqa: E402  (the same table)
 
 SEEDS = {"v3": "chunked_v3.py", "v4": "chunked_v4.py"}
 # label -> (seed, overrides of its BEST)
@@ -254,21 +255,6 @@ def main():
 
     _table([head] + others, table)
     print(f"done in {time.time() - t_start:.0f} s", flush=True)
-
-
-def _table(goal, table):
-    print("\n| shape | impl | total us | prep us | scan us | rel o | rel S | correct | vs FLA graph |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
-    for name in goal:
-        rs = [t for t in table if t[0] == name]
-        g = {lb: t["total"] for _, lb, t, _ in rs}.get("fla_cudagraph")
-        for _, lb, t, c in rs:
-            f = lambda x: f"{x:.1f}" if x else "-"
-            vs = f"{g / t['total']:.2f}x" if g and t["total"] else "-"
-            inv = f" (inv {t['inv']:.1f})" if t.get("inv") else ""
-            print(f"| {name} | {lb} | {f(t['total'])} | {f(t['prep'])}{inv} | {f(t['scan'])} | "
-                  f"{c.get('rel_o', float('nan')):.4f} | {c.get('rel_final_state', float('nan')):.4f} | "
-                  f"{c.get('correct')} | {vs} |")
 
 
 if __name__ == "__main__":

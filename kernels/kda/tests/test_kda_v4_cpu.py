@@ -9,9 +9,7 @@ v4's stacked A / P equal to v3's per-block dots (same factors, only the dot's su
 differs); bit-exact causality at rows inside each sub-block and at a chunk's last row; the
 declared SPACE; the harness's static rules; BEST compiles for the H200 without spills, with wgmma.
 """
-import json
 import os
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -26,7 +24,8 @@ sys.path.insert(0, str(HERE))
 import task  # noqa: E402
 
 SEED = HERE / "seeds" / "chunked_v4.py"
-from kdacheck import assert_matches, assert_space_declared, load_seed, run, static_violations  # noqa: E402
+from kdacheck import (assert_matches, assert_space_declared, compile_sm90_rows, load_seed, run,  # noqa: E402
+                      static_violations)
 
 seed = load_seed(SEED.name)
 TOML = tomllib.loads((HERE / "task.toml").read_text())
@@ -80,7 +79,7 @@ def test_v4_is_causal(cfg):
     """Rows inside each sub-block and the chunk's last rows; fp32 inputs make o sensitive to a
     one-ulp leak that an fp16 output would round away (v3's GPU check, run 5, saw 1.9e-6)."""
     inp = task.make_inputs(shape(T=130, K=32, gate="strong", h0=True), 11, "cpu", torch.float32)
-    for t in (29, 40, 63):
+    for t in ((29, 40, 63) if not cfg else (40,)):     # P = own: the same slice code, one row
         res = task.causality_check(lambda i: run(seed, i, cfg), inp, t=t)
         assert res["passed"], (t, res)
 
@@ -100,13 +99,9 @@ def test_v4_static_rules():
 # ships ptxas). The scan is v3's (its test compiles it). A subprocess: Triton cannot mix
 # interpreted and compiled kernels in one process.
 def test_v4_compiles_for_h200():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, str(Path(__file__).with_name("compile_sm90.py")), str(SEED),
-                          "--no-scan"], capture_output=True, text=True, env=env, timeout=600)
-    if res.returncode == 3:
-        pytest.skip(res.stdout.strip())
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    rows = {r["kernel"]: r for r in json.loads(res.stdout.strip().splitlines()[-1])}
+    rows, why = compile_sm90_rows(SEED, "--no-scan")
+    if rows is None:
+        pytest.skip(why)
     r = rows["v4._kda_prep_v4"]
     assert r["local"] == 0 and r["stack"] == 0 and r["programs_per_sm"] >= 2, r
     assert r["shared"] <= 227 * 1024 and r["wgmma"], r
