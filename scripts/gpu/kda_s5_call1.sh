@@ -4,6 +4,8 @@
 # CUDA-graph time there; v3 and the 2 fastest v4 configs on the other goal shapes (FLA there when
 # time is left); held-out shapes + causality for the fastest v4. Kernels compile in parallel
 # subprocesses first. Needs fla-core's wheel in .whl/ (carry [".whl"]); run with timeout_s 240.
+# Afterwards: copy $OUT/v4_call1.json to kernels/kda/results/h200_s5_call1_v4.json and run
+# kernels/kda/results/make_h200_json.py (key "v4" of h200.json).
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
   && export PYTHONPATH=/tmp/site || exit
 export FLA_FLASH_KDA=0 PYTHONUNBUFFERED=1

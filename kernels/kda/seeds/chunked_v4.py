@@ -130,20 +130,24 @@ def _ap_slice(qb, kb, gb, betab, q_hat, k_hat, w, gamma, k0, acc_a, acc_p, crow0
 
 
 @triton.jit
+def _chunk_rows(T, H, NT, C: tl.constexpr):
+    """This program's chunk c and b*h; the chunk's first token row in [B*T*H], its first row in
+    the chunk-contiguous scratch, and its row in gamma."""
+    c = tl.program_id(0)
+    bh = tl.program_id(1)
+    tok0 = (((bh // H) * T + c * C) * H + bh % H).to(tl.int64)
+    return c, bh, tok0, ((bh * NT + c) * C).to(tl.int64), (bh * NT + c).to(tl.int64)
+
+
+@triton.jit
 def _kda_prep_v4(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr,
                  T, H, NT, scale,
                  K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr,
                  BK: tl.constexpr, BVP: tl.constexpr, AP_DT: tl.constexpr, INV_DOT: tl.constexpr,
                  SPLIT: tl.constexpr, DO_P: tl.constexpr, EARLY: tl.constexpr, LEFT: tl.constexpr):
     """One program per (chunk, b*h): A (and P unless P = "own"), then the inverse and W / U~."""
-    c = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    c, bh, tok0, crow0, grow0 = _chunk_rows(T, H, NT, C)
     out_dt = q_hat.dtype.element_ty
-    tok0 = ((b * T + c * C) * H + h).to(tl.int64)    # first token row of the chunk in [B*T*H]
-    crow0 = ((bh * NT + c) * C).to(tl.int64)         # first row of the chunk in the scratch
-    grow0 = (bh * NT + c).to(tl.int64)
     rows = tl.arange(0, C)
     valid = c * C + rows < T
     acc_a = tl.zeros([C, C], dtype=tl.float32)      # sum_d k_i k_j exp(G_i - G_j), block-referenced
@@ -170,13 +174,7 @@ def _kda_qp_v4(q, k, g, q_hat, p_mat, T, H, NT, scale,
                K: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                AP_DT: tl.constexpr):
     """P = "own": Q^ and P in their own launch (one accumulator, fewer live registers)."""
-    c = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    tok0 = ((b * T + c * C) * H + h).to(tl.int64)
-    crow0 = ((bh * NT + c) * C).to(tl.int64)
-    grow0 = (bh * NT + c).to(tl.int64)
+    c, bh, tok0, crow0, grow0 = _chunk_rows(T, H, NT, C)
     acc_p = tl.zeros([C, C], dtype=tl.float32)
     for k0 in tl.static_range(0, K, BK):
         _none, acc_p = _ap_slice(q + tok0 * K, k + tok0 * K, g + tok0 * K, q, q_hat, q_hat, q_hat,
@@ -251,12 +249,7 @@ def _kda_inv_wu(v, beta, a_scr, w, u_tilde, T, H, NT,
                 K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BVP: tl.constexpr,
                 INV_DOT: tl.constexpr, EARLY: tl.constexpr, LEFT: tl.constexpr):
     """INV = "split": the inverse and W / U~ in their own launch (fewer registers per program)."""
-    c = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    tok0 = ((b * T + c * C) * H + h).to(tl.int64)
-    crow0 = ((bh * NT + c) * C).to(tl.int64)
+    c, bh, tok0, crow0, grow0 = _chunk_rows(T, H, NT, C)
     rows = tl.arange(0, C)
     valid = c * C + rows < T
     beta_c = tl.load(beta + tok0 + rows * H, mask=valid, other=0.0).to(tl.float32)
