@@ -23,12 +23,8 @@ use kerneld_protocol::worker;
 /// `prepare` is answered at once (the judge works on it in a thread).
 const PREPARE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A proposal made ahead for one slot (part of the goal's runtime state).
-#[derive(Debug, Clone)]
-pub(super) struct Ahead {
-    slot: usize,
-    proposal: Proposal,
-}
+/// Proposals made ahead, by slot (part of the goal's runtime state).
+pub(super) type Ahead = std::collections::BTreeMap<usize, Proposal>;
 
 impl Engine {
     /// Before N's `evaluate` on `slot`: the proposal after N, kept and prepared. Any
@@ -60,7 +56,7 @@ impl Engine {
             }
         };
         if let Some(rt) = self.state.lock().unwrap().goals.get_mut(goal) {
-            rt.ahead = Some(Ahead { slot, proposal });
+            rt.ahead.insert(slot, proposal);
         }
         let w = worker.as_mut().expect("checked above");
         let line = serde_json::to_value(&req).expect("worker requests serialize");
@@ -122,14 +118,11 @@ impl Engine {
     ) -> Option<Proposal> {
         let mut st = self.state.lock().unwrap();
         let rt = st.goals.get_mut(goal)?;
-        let a = rt.ahead.take()?;
-        if a.slot != slot {
-            return None;
-        }
-        let source = proposal_source(&rt.proj, &a.proposal)?;
-        agent::check_new(&rt.proj, history, &source, &a.proposal.config)
+        let proposal = rt.ahead.remove(&slot)?;
+        let source = proposal_source(&rt.proj, &proposal)?;
+        agent::check_new(&rt.proj, history, &source, &proposal.config)
             .ok()
-            .map(|_| a.proposal)
+            .map(|_| proposal)
     }
 }
 

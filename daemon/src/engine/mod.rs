@@ -84,8 +84,8 @@ struct GoalRt {
     agent_failures: u32,
     /// No lease before this instant (back-off after an agent failure).
     not_before: Option<Instant>,
-    /// The proposal made ahead for a slot's next lease (compile-ahead, ahead.rs).
-    ahead: Option<ahead::Ahead>,
+    /// The proposals made ahead for slots' next leases (compile-ahead, ahead.rs).
+    ahead: ahead::Ahead,
 }
 
 impl GoalRt {
@@ -99,7 +99,7 @@ impl GoalRt {
             exhausted: false,
             agent_failures: 0,
             not_before: None,
-            ahead: None,
+            ahead: Default::default(),
         }
     }
 }
