@@ -43,13 +43,13 @@ CONFIGS = {
     "v4[BK=16,MAXNREG=168]": ("v4", {"BK": 16, "MAXNREG": 168}),
     "v4[P=own]": ("v4", {"P": "own"}),
     "v4[P=own,MAXNREG=168]": ("v4", {"P": "own", "MAXNREG": 168}),
-    "v4[P=own,BK=16,MAXNREG=168]": ("v4", {"P": "own", "BK": 16, "MAXNREG": 168}),
+    "v4[P=role,MAXNREG=168]": ("v4", {"P": "role", "MAXNREG": 168}),
+    "v4[P=role,MAXNREG=168,WU_LOAD=early]": ("v4", {"P": "role", "MAXNREG": 168, "WU_LOAD": "early"}),
     "v4[WU_LOAD=early]": ("v4", {"WU_LOAD": "early"}),
     "v4[P=own,MAXNREG=168,WU_LOAD=early]": ("v4", {"P": "own", "MAXNREG": 168, "WU_LOAD": "early"}),
     "v4[INV_ORDER=left]": ("v4", {"INV_ORDER": "left"}),
     "v4[WU_LOAD=early,INV_ORDER=left]": ("v4", {"WU_LOAD": "early", "INV_ORDER": "left"}),
     "v4[INV=split]": ("v4", {"INV": "split"}),
-    "v4[P=own,INV=split]": ("v4", {"P": "own", "INV": "split"}),
     # a probe, not a candidate: the Neumann inverse (depth 6 instead of 10) is wrong with nearly
     # parallel keys (tests/emulate_inv.py); its time says how much the inverse's chain costs
     "v3[neumann]": ("v3", {"INV_ALGO": "neumann"}),

@@ -48,7 +48,8 @@ SPACE = {
     "WU_LOAD": ["late", "early"],  # W / U~ right-hand sides loaded after the inverse (by slices),
                                  # or whole before it (their latency behind the dot chain)
     "AP_DOT": ["tf32", "lowp"],  # A / P dot operands: fp32 via tf32, or bf16 (fp32 in CPU mode)
-    "P": ["fused", "own"],       # Q^ / P in the A program, or in a launch of their own (first)
+    "P": ["fused", "own", "role"],  # Q^ / P in the A program, in a launch of their own (first), or
+                                 # in programs of their own in the same launch (grid axis 2)
     "INV": ["fused", "split"],   # (I + A)^-1 and W / U~ in the A program, or in a second launch
     "INV_WARPS": [4, 8],         # warps of that second launch
     "INV_DOT": ["tf32", "tf32x3"],  # precision of the doubling dots of (I + A)^-1
@@ -130,10 +131,10 @@ def _ap_slice(qb, kb, gb, betab, q_hat, k_hat, w, gamma, k0, acc_a, acc_p, crow0
 
 
 @triton.jit
-def _chunk_rows(T, H, NT, C: tl.constexpr):
+def _chunk_rows(T, H, NT, C: tl.constexpr, RS: tl.constexpr):
     """This program's chunk c and b*h; the chunk's first token row in [B*T*H], its first row in
-    the chunk-contiguous scratch, and its row in gamma."""
-    c = tl.program_id(0)
+    the chunk-contiguous scratch, and its row in gamma. RS = 1: axis 0 interleaves two roles."""
+    c = tl.program_id(0) >> RS
     bh = tl.program_id(1)
     tok0 = (((bh // H) * T + c * C) * H + bh % H).to(tl.int64)
     return c, bh, tok0, ((bh * NT + c) * C).to(tl.int64), (bh * NT + c).to(tl.int64)
@@ -144,9 +145,29 @@ def _kda_prep_v4(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr
                  T, H, NT, scale,
                  K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr,
                  BK: tl.constexpr, BVP: tl.constexpr, AP_DT: tl.constexpr, INV_DOT: tl.constexpr,
-                 SPLIT: tl.constexpr, DO_P: tl.constexpr, EARLY: tl.constexpr, LEFT: tl.constexpr):
-    """One program per (chunk, b*h): A (and P unless P = "own"), then the inverse and W / U~."""
-    c, bh, tok0, crow0, grow0 = _chunk_rows(T, H, NT, C)
+                 SPLIT: tl.constexpr, DO_P: tl.constexpr, EARLY: tl.constexpr, LEFT: tl.constexpr,
+                 ROLES: tl.constexpr):
+    """One program per (chunk, b*h): A (and P unless P = "own" / "role"), then the inverse and
+    W / U~. ROLES (P = "role"): axis 0 holds 2 programs per chunk, the odd one does Q^ / P (both
+    kinds interleaved in one launch: no second launch, its ramp and its tail)."""
+    if ROLES:
+        if tl.program_id(0) % 2 == 1:
+            _qp_body(q, k, g, q_hat, p_mat, T, H, NT, scale, K, C, BC, BK, AP_DT, 1)
+        else:
+            _a_body(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr, T, H, NT, scale,
+                    K, V, C, BC, BK, BVP, AP_DT, INV_DOT, SPLIT, False, EARLY, LEFT, 1)
+    else:
+        _a_body(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr, T, H, NT, scale,
+                K, V, C, BC, BK, BVP, AP_DT, INV_DOT, SPLIT, DO_P, EARLY, LEFT, 0)
+
+
+@triton.jit
+def _a_body(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr, T, H, NT, scale,
+            K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr,
+            BK: tl.constexpr, BVP: tl.constexpr, AP_DT: tl.constexpr, INV_DOT: tl.constexpr,
+            SPLIT: tl.constexpr, DO_P: tl.constexpr, EARLY: tl.constexpr, LEFT: tl.constexpr,
+            RS: tl.constexpr):
+    c, bh, tok0, crow0, grow0 = _chunk_rows(T, H, NT, C, RS)
     out_dt = q_hat.dtype.element_ty
     rows = tl.arange(0, C)
     valid = c * C + rows < T
@@ -174,7 +195,14 @@ def _kda_qp_v4(q, k, g, q_hat, p_mat, T, H, NT, scale,
                K: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                AP_DT: tl.constexpr):
     """P = "own": Q^ and P in their own launch (one accumulator, fewer live registers)."""
-    c, bh, tok0, crow0, grow0 = _chunk_rows(T, H, NT, C)
+    _qp_body(q, k, g, q_hat, p_mat, T, H, NT, scale, K, C, BC, BK, AP_DT, 0)
+
+
+@triton.jit
+def _qp_body(q, k, g, q_hat, p_mat, T, H, NT, scale,
+             K: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+             AP_DT: tl.constexpr, RS: tl.constexpr):
+    c, bh, tok0, crow0, grow0 = _chunk_rows(T, H, NT, C, RS)
     acc_p = tl.zeros([C, C], dtype=tl.float32)
     for k0 in tl.static_range(0, K, BK):
         _none, acc_p = _ap_slice(q + tok0 * K, k + tok0 * K, g + tok0 * K, q, q_hat, q_hat, q_hat,
@@ -249,7 +277,7 @@ def _kda_inv_wu(v, beta, a_scr, w, u_tilde, T, H, NT,
                 K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BVP: tl.constexpr,
                 INV_DOT: tl.constexpr, EARLY: tl.constexpr, LEFT: tl.constexpr):
     """INV = "split": the inverse and W / U~ in their own launch (fewer registers per program)."""
-    c, bh, tok0, crow0, grow0 = _chunk_rows(T, H, NT, C)
+    c, bh, tok0, crow0, grow0 = _chunk_rows(T, H, NT, C, 0)
     rows = tl.arange(0, C)
     valid = c * C + rows < T
     beta_c = tl.load(beta + tok0 + rows * H, mask=valid, other=0.0).to(tl.float32)
@@ -303,7 +331,7 @@ def prep_args(q, cfg):
     lowp_ok = q.dtype == torch.bfloat16           # fp16 cannot hold the e^80 column factors
     ap = tl.bfloat16 if (cfg["AP_DOT"] == "lowp" and lowp_ok) else tl.float32
     return dict(AP_DT=ap, INV_DOT=cfg["INV_DOT"], DO_P=cfg["P"] == "fused", EARLY=cfg["WU_LOAD"] == "early",
-                LEFT=cfg["INV_ORDER"] == "left")
+                LEFT=cfg["INV_ORDER"] == "left", ROLES=cfg["P"] == "role")
 
 
 def prep_launch(cfg):
@@ -338,7 +366,7 @@ def prep(q, k, v, g, beta, buf, cfg):
     if cfg["P"] == "own":                         # Q^ and P first, in their own launch
         _kda_qp_v4[(NT, B * H)](q, k, g, buf["q_hat"], buf["p_mat"], T, H, NT, K ** -0.5,
                                 K=K, C=C, BC=cfg["BC"], BK=bk, AP_DT=pa["AP_DT"], **prep_launch(cfg))
-    _kda_prep_v4[(NT, B * H)](
+    _kda_prep_v4[(NT * (2 if cfg["P"] == "role" else 1), B * H)](
         q, k, v, g, beta, buf["q_hat"], buf["k_hat"], buf["w"], buf["u_tilde"], buf["p_mat"],
         buf["gamma"], buf["a_scr"] if split else buf["gamma"], T, H, NT, K ** -0.5,
         K=K, V=V, C=C, BC=cfg["BC"], BK=bk, BVP=min(cfg["BVP"], K, V), SPLIT=split,
