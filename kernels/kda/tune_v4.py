@@ -49,6 +49,9 @@ CONFIGS = {
     "v4[P=own,MAXNREG=168,WU_LOAD=early]": ("v4", {"P": "own", "MAXNREG": 168, "WU_LOAD": "early"}),
     "v4[INV_ORDER=left]": ("v4", {"INV_ORDER": "left"}),
     "v4[WU_LOAD=early,INV_ORDER=left]": ("v4", {"WU_LOAD": "early", "INV_ORDER": "left"}),
+    "v4[SCAN=transition]": ("v4", {"SCAN": "transition"}),
+    "v4[SCAN=transition,WU_LOAD=early,INV_ORDER=left]": ("v4", {"SCAN": "transition", "WU_LOAD": "early",
+                                                                "INV_ORDER": "left"}),
     "v4[INV=split]": ("v4", {"INV": "split"}),
     # a probe, not a candidate: the Neumann inverse (depth 6 instead of 10) is wrong with nearly
     # parallel keys (tests/emulate_inv.py); its time says how much the inverse's chain costs
@@ -59,6 +62,7 @@ CONFIGS = {
 SCAN_CONFIGS = {
     "v4[SCAN_STAGES=1]": ("v4", {"SCAN_STAGES": 1}),
     "v4[SCAN_STAGES=2]": ("v4", {"SCAN_STAGES": 2}),
+    "v4[SCAN=transition,SCAN_STAGES=1]": ("v4", {"SCAN": "transition", "SCAN_STAGES": 1}),
 }
 CONFIGS.update(SCAN_CONFIGS)
 
