@@ -40,8 +40,6 @@ SEEDS = {"v3": "chunked_v3.py", "v4": "chunked_v4.py"}
 CONFIGS = {
     "v3": ("v3", {}),
     "v4": ("v4", {}),
-    "v4[BK=16,MAXNREG=168]": ("v4", {"BK": 16, "MAXNREG": 168}),
-    "v4[P=own]": ("v4", {"P": "own"}),
     "v4[P=own,MAXNREG=168]": ("v4", {"P": "own", "MAXNREG": 168}),
     "v4[P=role,MAXNREG=168]": ("v4", {"P": "role", "MAXNREG": 168}),
     "v4[P=role,MAXNREG=168,WU_LOAD=early]": ("v4", {"P": "role", "MAXNREG": 168, "WU_LOAD": "early"}),
