@@ -445,15 +445,21 @@ pub fn status_table(goals: &[GoalSummary], paint: Paint) -> String {
                 spread,
                 Cell::num(g.in_flight.to_string()),
                 Cell::num(duration(g.wall_s)),
-                Cell::new(
-                    g.reason
-                        .as_deref()
-                        .map_or(String::new(), |r| truncate(r, 60)),
-                ),
+                Cell::new(match (&g.reason, &g.waiting) {
+                    (Some(r), _) => truncate(r, 60),
+                    (None, Some(_)) => "waiting (below)".to_string(),
+                    (None, None) => String::new(),
+                }),
             ]
         })
         .collect();
     let mut out = table(&STATUS_HEADERS, &rows, paint);
+    // Why a goal waits, whole: it is what the user has to act on.
+    for g in goals {
+        if let Some(w) = &g.waiting {
+            let _ = writeln!(out, "{} {} waits: {w}", g.id, g.name);
+        }
+    }
     if goals
         .iter()
         .any(|g| g.best.as_ref().is_some_and(|b| b.interpreted))
@@ -485,6 +491,9 @@ pub fn status_line(g: &GoalSummary, paint: Paint, fit_text: Fit) -> String {
     );
     if let Some(reason) = &g.reason {
         line.push_str(&format!("  ({})", fit(reason, 50, fit_text)));
+    }
+    if let Some(w) = &g.waiting {
+        line.push_str(&format!("  waiting: {}", fit(w, 100, fit_text)));
     }
     line
 }
@@ -596,6 +605,11 @@ fn budget_text(spec: &GoalSpec) -> String {
         b.wall_s.map(|s| format!("wall {}", duration(s as f64))),
         b.iterations.map(|n| format!("{n} iterations")),
         b.gpu_hours.map(|h| format!("{h} GPU-hours")),
+        b.tokens.map(|t| format!("{t} tokens")),
+        b.cost.map(|c| {
+            let price = b.price_per_1k_tokens.unwrap_or(0.0);
+            format!("cost {c} at {price} per 1k tokens")
+        }),
     ])
 }
 
@@ -635,8 +649,17 @@ fn summary_fields(g: &GoalSummary) -> Vec<(&'static str, String)> {
         ),
     ];
     fields.push(("best", g.best.as_ref().map_or("none yet".into(), best_text)));
+    if g.tokens > 0 {
+        fields.push((
+            "tokens",
+            format!("{} spent by the agent's endpoint", g.tokens),
+        ));
+    }
     if let Some(reason) = &g.reason {
         fields.push(("reason", reason.clone()));
+    }
+    if let Some(w) = &g.waiting {
+        fields.push(("waiting", w.clone()));
     }
     fields
 }
@@ -796,6 +819,19 @@ pub fn event_summary(kind: &EventKind, fit_text: Fit) -> (String, Option<Style>)
             format!("{agent} agent failed ({failures} in a row): {message}"),
             Some(Style::Yellow),
         ),
+        EventKind::AgentRetrying {
+            agent,
+            message,
+            attempt,
+            retry_in_ms,
+        } => (
+            format!(
+                "{agent} endpoint failed transiently ({attempt} in a row), retrying in {}: {}",
+                duration(*retry_in_ms as f64 / 1000.0),
+                fit(message, 100, fit_text)
+            ),
+            Some(Style::Yellow),
+        ),
         EventKind::Downtime { from_ms, to_ms } => (
             format!(
                 "daemon was down {:.0} s: not counted against the wall budget",
@@ -921,6 +957,8 @@ mod tests {
             updated_ms: 0,
             wall_s: 312.0,
             gpu_s: 200.0,
+            tokens: 0,
+            waiting: None,
         }
     }
 
@@ -1091,6 +1129,7 @@ mod tests {
             agent: "search".into(),
             source: None,
             note: None,
+            tokens: None,
         };
         let (text, _) = event_summary(&proposed, Fit::Whole);
         assert!(text.ends_with(&config.to_string()), "{text}");

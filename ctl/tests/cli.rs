@@ -130,6 +130,8 @@ fn summary(state: GoalState) -> GoalSummary {
         updated_ms: 1_796_060_900_000,
         wall_s: 312.0,
         gpu_s: 290.0,
+        tokens: 0,
+        waiting: None,
     }
 }
 

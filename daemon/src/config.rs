@@ -38,6 +38,9 @@ pub struct Config {
     pub llm_keys: std::collections::BTreeMap<String, String>,
     /// An evaluation that started this many times without a result is quarantined.
     pub max_attempts: u32,
+    /// Multiplies every back-off after a transient agent-endpoint failure (Retry-After
+    /// included); 1 in production, tiny in tests that compress hours of 429s.
+    pub agent_backoff_scale: f64,
     /// Where the config was read from, for SIGHUP reloads.
     pub config_file: Option<PathBuf>,
 }
@@ -59,6 +62,7 @@ struct RawConfig {
     admin_group: Option<String>,
     llm_keys: Option<std::collections::BTreeMap<String, String>>,
     max_attempts: Option<u32>,
+    agent_backoff_scale: Option<f64>,
 }
 
 impl Config {
@@ -81,6 +85,7 @@ impl Config {
             admin_group: None,
             llm_keys: Default::default(),
             max_attempts: 3,
+            agent_backoff_scale: 1.0,
             config_file: None,
         }
     }
@@ -145,6 +150,15 @@ impl Config {
         }
         if let Some(v) = raw.max_attempts {
             self.max_attempts = v.max(1);
+        }
+        if let Some(v) = raw.agent_backoff_scale {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!(
+                    "{}: `agent_backoff_scale` must be a positive number, not {v}",
+                    file.display()
+                ));
+            }
+            self.agent_backoff_scale = v;
         }
         self.config_file = Some(file.to_path_buf());
         Ok(self)

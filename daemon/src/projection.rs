@@ -68,6 +68,9 @@ pub struct GoalProjection {
     /// Evaluations whose result was a failure, by class (for the context and status).
     #[serde(default)]
     pub failures: BTreeMap<String, u64>,
+    /// Tokens the agent's endpoint spent on this goal's proposals (its `usage`).
+    #[serde(default)]
+    pub tokens: u64,
 }
 
 impl GoalProjection {
@@ -91,6 +94,7 @@ impl GoalProjection {
             wall_ms: 0,
             gpu_ms: 0,
             failures: BTreeMap::new(),
+            tokens: 0,
         }
     }
 
@@ -129,9 +133,11 @@ impl GoalProjection {
                 seed,
                 config,
                 source,
+                tokens,
                 ..
             } => {
                 self.iteration = self.iteration.max(*iteration);
+                self.tokens += tokens.unwrap_or(0);
                 self.pending.insert(
                     *iteration,
                     Pending {
@@ -176,7 +182,8 @@ impl GoalProjection {
             | EventKind::DaemonStarted { .. }
             | EventKind::DaemonStopped { .. }
             | EventKind::DeviceHealth { .. }
-            | EventKind::AgentFailed { .. } => {}
+            | EventKind::AgentFailed { .. }
+            | EventKind::AgentRetrying { .. } => {}
             EventKind::Downtime { from_ms, to_ms } => {
                 if let Some(since) = self.running_since_ms {
                     self.wall_ms += from_ms.saturating_sub(since);
@@ -212,6 +219,8 @@ impl GoalProjection {
             updated_ms: self.updated_ms,
             wall_s: self.wall_ms_at(now_ms) as f64 / 1000.0,
             gpu_s: self.gpu_ms as f64 / 1000.0,
+            tokens: self.tokens,
+            waiting: None,
         }
     }
 }
@@ -268,6 +277,7 @@ mod tests {
                 agent: "search".into(),
                 source: None,
                 note: None,
+                tokens: None,
             },
         ));
         let started = |seq, attempt| {

@@ -602,6 +602,7 @@ mod tests {
                     agent: "search".into(),
                     source: None,
                     note: None,
+                    tokens: None,
                 },
             )])
             .unwrap();

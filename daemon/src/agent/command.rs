@@ -347,6 +347,7 @@ impl Agent for CommandAgent {
             config,
             source: Some(source),
             note,
+            tokens: None,
         }))
     }
 }

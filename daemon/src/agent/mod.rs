@@ -7,6 +7,7 @@
 
 pub mod command;
 pub mod llm;
+pub mod retry;
 pub mod search;
 
 use std::fmt::Write as _;
@@ -134,6 +135,8 @@ pub struct Proposal {
     pub source: Option<String>,
     /// Why this one (for the log and the context).
     pub note: Option<String>,
+    /// Tokens the endpoint spent on it (its `usage`), for the tokens and cost budgets.
+    pub tokens: Option<u64>,
 }
 
 pub trait Agent: Send + Sync {

@@ -245,6 +245,7 @@ impl Agent for SearchAgent {
             config: c,
             source: None,
             note: Some(note),
+            tokens: None,
         };
 
         // 1. Every seed's default first: the author's best guess is the baseline of the search.

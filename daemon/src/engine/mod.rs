@@ -28,6 +28,7 @@ pub(crate) mod ops;
 mod slots;
 mod sources;
 mod stop;
+mod waiting;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -76,6 +77,10 @@ struct GoalRt {
     agent_failures: u32,
     /// No lease before this instant (back-off after an agent failure).
     not_before: Option<Instant>,
+    /// Transient endpoint failures in a row (they never fail the goal; see agent::retry).
+    transient_failures: u32,
+    /// Why the goal waits, while it backs off (shown by `status`/`show`, see waiting.rs).
+    waiting: Option<String>,
 }
 
 impl GoalRt {
@@ -88,6 +93,8 @@ impl GoalRt {
             exhausted: false,
             agent_failures: 0,
             not_before: None,
+            transient_failures: 0,
+            waiting: None,
         }
     }
 }
@@ -420,7 +427,7 @@ impl Engine {
             .goals
             .get(goal)
             .ok_or_else(|| rpc_err(code::GOAL_NOT_FOUND, format!("no goal {goal}")))?;
-        Ok(rt.proj.summary(now_ms(), rt.leases.len() as u32))
+        Ok(waiting::summary(&st, rt, now_ms()))
     }
 
     /// Resolves a goal reference for event filtering (follow mode).

@@ -414,3 +414,24 @@ fn type_errors_are_in_plain_words() {
     assert!(parse_duration("3651d").unwrap_err().contains("too long"));
     assert_eq!(parse_duration("3650d"), Ok(MAX_DURATION_S));
 }
+
+#[test]
+fn token_and_cost_budgets() {
+    let d = task_fixture();
+    let g = parse_in(
+        &d,
+        "name = \"g\"\ntask = \"demo\"\n[budget]\ntokens = 50000\ncost = 2.5\nprice_per_1k_tokens = 0.01\n",
+    )
+    .unwrap();
+    assert_eq!(
+        (g.budget.tokens, g.budget.cost, g.budget.price_per_1k_tokens),
+        (Some(50000), Some(2.5), Some(0.01))
+    );
+    let e = parse_in(&d, "name = \"g\"\ntask = \"demo\"\n[budget]\ncost = 2.5\n").unwrap_err();
+    assert!(e.to_string().contains("price_per_1k_tokens"), "{e}");
+    let e = parse_in(&d, "name = \"g\"\ntask = \"demo\"\n[budget]\ntokens = 0\n").unwrap_err();
+    assert!(
+        e.to_string().contains("`budget.tokens` must be at least 1"),
+        "{e}"
+    );
+}

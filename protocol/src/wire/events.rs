@@ -58,6 +58,9 @@ pub enum EventKind {
         source: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         note: Option<String>,
+        /// Tokens the endpoint's `usage` counted for this proposal (llm agents).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tokens: Option<u64>,
     },
     EvaluationStarted {
         iteration: u64,
@@ -97,6 +100,15 @@ pub enum EventKind {
         message: String,
         failures: u32,
     },
+    /// The agent's endpoint failed transiently (429, 5xx, a timeout, a reset, a garbled
+    /// reply): the goal waits `retry_in_ms` and asks again. Never fails the goal by itself.
+    AgentRetrying {
+        agent: String,
+        message: String,
+        /// Transient failures in a row.
+        attempt: u32,
+        retry_in_ms: u64,
+    },
     /// The daemon was down from `from_ms` (its last event) to `to_ms` (its restart): a
     /// running goal's wall clock does not count that time.
     Downtime {
@@ -120,6 +132,7 @@ impl EventKind {
             EventKind::NewBest { .. } => "new_best",
             EventKind::DeviceHealth { .. } => "device_health",
             EventKind::AgentFailed { .. } => "agent_failed",
+            EventKind::AgentRetrying { .. } => "agent_retrying",
             EventKind::Downtime { .. } => "downtime",
         }
     }

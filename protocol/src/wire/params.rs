@@ -124,6 +124,17 @@ pub struct GoalSummary {
     pub wall_s: f64,
     /// Device-seconds spent evaluating (the gpu_hours budget).
     pub gpu_s: f64,
+    /// Tokens the agent's endpoint spent (the tokens and cost budgets).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tokens: u64,
+    /// Why a goal that should run does not (a worker that cannot start, an endpoint
+    /// being retried), in words a user can act on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// `show`: a goal in full.

@@ -36,6 +36,14 @@ pub struct Budget {
     pub wall_s: Option<u64>,
     pub iterations: Option<u64>,
     pub gpu_hours: Option<f64>,
+    /// Tokens the agent's endpoint may spend (its replies' `usage.total_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// Money the agent's endpoint may cost, at `price_per_1k_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_per_1k_tokens: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -15,7 +15,7 @@ impl Engine {
                 let mut all: Vec<GoalSummary> = st
                     .goals
                     .values()
-                    .map(|g| g.proj.summary(now, g.leases.len() as u32))
+                    .map(|g| waiting::summary(&st, g, now))
                     .collect();
                 all.sort_by_key(|g| {
                     (
