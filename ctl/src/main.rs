@@ -8,6 +8,7 @@
 //! With -q a successful command prints nothing (cron mails whatever a job prints).
 
 mod client;
+mod digest;
 mod render;
 mod report;
 
@@ -134,6 +135,13 @@ enum Command {
         /// bash, zsh, fish, elvish or powershell
         shell: clap_complete::Shell,
     },
+    /// What happened lately: goals finished and why, new bests, evaluations and failures
+    /// by class, GPU-hours, endpoint retries, restarts and downtime
+    Digest {
+        /// How far back to look, e.g. 12h, 90m, 2d
+        #[arg(long, default_value = digest::DEFAULT_SINCE)]
+        since: String,
+    },
     /// Versions of this client and of the daemon
     Version,
 }
@@ -234,6 +242,7 @@ fn run(command: Command, ctx: &Ctx) -> Result<u8, Failure> {
         Command::Gpus => gpus(ctx),
         Command::Report { goal, output } => report(ctx, goal, output.as_deref()),
         Command::Completions { shell } => completions(shell),
+        Command::Digest { since } => digest_cmd(ctx, &since),
         Command::Version => version(ctx),
     }
 }
@@ -538,6 +547,12 @@ fn status(ctx: &Ctx, goal: Option<String>) -> Result<u8, Failure> {
         |goals: Vec<GoalSummary>| {
             if goals.is_empty() {
                 return ctx.print_line("no goals yet: `kernelctl enqueue FILE` adds one");
+            }
+            // On a terminal, the night in one line first (scripts get the table alone).
+            if io::stdout().is_terminal() {
+                if let Ok(d) = window_digest(ctx, digest::DEFAULT_SINCE) {
+                    ctx.print_line(&digest::one_line(&d, digest::DEFAULT_SINCE))?;
+                }
             }
             ctx.print(&render::status_table(&goals, ctx.paint))
         },
@@ -860,7 +875,7 @@ impl<'a> WatchView<'a> {
 const REPORT_PAGE: u64 = 500;
 
 fn report(ctx: &Ctx, goal: String, output: Option<&Path>) -> Result<u8, Failure> {
-    let events = all_events(ctx, &goal)?;
+    let events = all_events(ctx, Some(&goal))?;
     let progress = report::Progress::from_events(&goal, &events);
     match output {
         Some(path) => {
@@ -889,15 +904,37 @@ fn report(ctx: &Ctx, goal: String, output: Option<&Path>) -> Result<u8, Failure>
     Ok(0)
 }
 
-/// Every event of a goal, oldest first, read page by page (an event of a type this
+/// The digest of the log over the last `since`.
+fn window_digest(ctx: &Ctx, since: &str) -> Result<digest::Digest, Failure> {
+    let secs = digest::parse_since(since).map_err(Failure::Failed)?;
+    let now = render::now_ms();
+    let events = all_events(ctx, None)?;
+    Ok(digest::digest(
+        &events,
+        now.saturating_sub(secs * 1000),
+        now,
+    ))
+}
+
+fn digest_cmd(ctx: &Ctx, since: &str) -> Result<u8, Failure> {
+    let d = window_digest(ctx, since)?;
+    if ctx.json {
+        ctx.print_line(&serde_json::to_string(&d).unwrap_or_default())?;
+    } else {
+        ctx.print(&digest::render(&d, since, ctx.paint))?;
+    }
+    Ok(0)
+}
+
+/// Every event of a goal (or of the whole log), oldest first, read page by page (an event of a type this
 /// client does not know is skipped: the chart has no use for it).
-fn all_events(ctx: &Ctx, goal: &str) -> Result<Vec<Event>, Failure> {
+fn all_events(ctx: &Ctx, goal: Option<&str>) -> Result<Vec<Event>, Failure> {
     let mut client = ctx.connect()?;
     let mut events = Vec::new();
     let mut after = 0;
     loop {
         let params = EventsParams {
-            goal: Some(goal.to_string()),
+            goal: goal.map(str::to_string),
             after: Some(after),
             limit: Some(REPORT_PAGE),
             follow: false,
