@@ -9,7 +9,9 @@ use std::fmt::Write as _;
 use kerneld_protocol::wire::{Event, EventKind, GoalState};
 use serde::Serialize;
 
+use crate::failure::Failure;
 use crate::render::{self, Paint, Style};
+use crate::Ctx;
 
 /// The window `digest` and `status` look back over by default.
 pub const DEFAULT_SINCE: &str = "12h";
@@ -256,6 +258,26 @@ pub fn render(d: &Digest, window: &str, paint: Paint) -> String {
         render::duration(d.downtime_s)
     );
     out
+}
+
+/// The digest of the log over the last `since` (the whole log is read: digests of a
+/// window are rare, and the daemon keeps no index by time).
+pub fn window(ctx: &Ctx, since: &str) -> Result<Digest, Failure> {
+    let secs = parse_since(since).map_err(Failure::Failed)?;
+    let now = render::now_ms();
+    let events = crate::follow::all_events(ctx, None)?;
+    Ok(digest(&events, now.saturating_sub(secs * 1000), now))
+}
+
+/// `kernelctl digest`.
+pub fn command(ctx: &Ctx, since: &str) -> Result<u8, Failure> {
+    let d = window(ctx, since)?;
+    if ctx.json {
+        ctx.print_line(&serde_json::to_string(&d).unwrap_or_default())?;
+    } else {
+        ctx.print(&render(&d, since, ctx.paint))?;
+    }
+    Ok(0)
 }
 
 #[cfg(test)]

@@ -7,147 +7,42 @@
 //! Errors go to stderr: a line for people, or one JSON object with --json.
 //! With -q a successful command prints nothing (cron mails whatever a job prints).
 
+mod cli;
 mod client;
 mod digest;
+mod failure;
+mod follow;
+mod man;
 mod render;
 mod report;
+mod term;
 
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::parser::ValueSource;
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches};
 use kerneld_protocol::paths::{choose_socket, SocketEnv};
 use kerneld_protocol::wire::{
-    self, code, method, BestResult, ContextResult, EnqueueParams, EnqueueResult, Event,
-    EventsParams, GoalDetail, GoalRef, GoalState, GoalSummary, GpusResult, RpcError, StatusParams,
-    VersionResult,
+    self, method, BestResult, ContextResult, EnqueueParams, EnqueueResult, EventsParams,
+    GoalDetail, GoalRef, GoalSummary, GpusResult, StatusParams, VersionResult,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-use client::{decode, Client, ClientError};
+use cli::{Cli, Command};
+use client::{decode, Client};
+use failure::{ErrorReport, Failure, SocketOrigin};
 use render::Paint;
-
-#[derive(Parser)]
-#[command(
-    name = "kernelctl",
-    version,
-    about = "Control kerneld: enqueue, watch and steer GPU-kernel optimization goals.",
-    after_help = "Exit status: 0 ok, 1 failed (the daemon refused, or the operation failed), 2 usage, 3 daemon not reachable."
-)]
-struct Cli {
-    /// The daemon's socket [default: $XDG_RUNTIME_DIR/kerneld.sock, else /run/user/$UID/kerneld.sock for a user, else /run/kerneld/kerneld.sock; the first that exists]
-    #[arg(long, global = true, env = "KERNELD_SOCKET", value_name = "PATH")]
-    socket: Option<PathBuf>,
-    /// Print the daemon's result as JSON (JSON lines for event streams); errors as one JSON object on stderr
-    #[arg(long, global = true)]
-    json: bool,
-    /// Print nothing on success, for cron (files named with -o are still written); errors still go to stderr
-    #[arg(short, long, global = true)]
-    quiet: bool,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Enqueue the goal in FILE; prints the goal's id
-    Enqueue {
-        /// The goal file (TOML)
-        file: PathBuf,
-        /// If a goal of the same name is queued, running or paused, print its id instead (for cron)
-        #[arg(long)]
-        unique: bool,
-    },
-    /// List goals (or one goal) with their progress
-    Status {
-        /// Only this goal (id or name)
-        goal: Option<String>,
-    },
-    /// One goal in full: its spec, progress and recent evaluations
-    Show {
-        /// The goal's id or name
-        goal: String,
-    },
-    /// Follow a goal live until it completes, fails or is cancelled (exit 0 only when completed)
-    Watch {
-        /// The goal's id or name
-        goal: String,
-    },
-    /// The event log, of one goal or of all
-    Events {
-        /// Only this goal's events (id or name)
-        goal: Option<String>,
-        /// Keep printing new events as they happen
-        #[arg(short, long)]
-        follow: bool,
-        /// Only events after this sequence number
-        #[arg(long, value_name = "SEQ")]
-        after: Option<u64>,
-        /// At most N events (the newest, unless --after is given)
-        #[arg(short = 'n', long, value_name = "N")]
-        limit: Option<u64>,
-    },
-    /// Pause a goal: its evaluation in flight is finished or aborted and the GPU freed
-    Pause {
-        /// The goal's id or name
-        goal: String,
-    },
-    /// Resume a paused goal from the iteration it stopped at
-    Resume {
-        /// The goal's id or name
-        goal: String,
-    },
-    /// Cancel a goal for good
-    Cancel {
-        /// The goal's id or name
-        goal: String,
-    },
-    /// The best correct candidate's source, to stdout or to a file
-    Best {
-        /// The goal's id or name
-        goal: String,
-        /// Write the source to FILE (a summary goes to stderr)
-        #[arg(short, long, value_name = "FILE")]
-        output: Option<PathBuf>,
-    },
-    /// Exactly what the goal's agent gets on its next iteration (llm: the messages, --json
-    /// as sent; command: CONTEXT.md; search: the compacted context)
-    Context {
-        /// The goal's id or name
-        goal: String,
-    },
-    /// GPUs (evaluation slots): health, leases, work done
-    Gpus,
-    /// Progress over time: an SVG chart with -o, else a chart in the terminal
-    Report {
-        /// The goal's id or name
-        goal: String,
-        /// Write an SVG chart to FILE ("-" for stdout)
-        #[arg(short, long, value_name = "FILE.svg")]
-        output: Option<PathBuf>,
-    },
-    /// Shell completions for SHELL, to stdout
-    Completions {
-        /// bash, zsh, fish, elvish or powershell
-        shell: clap_complete::Shell,
-    },
-    /// What happened lately: goals finished and why, new bests, evaluations and failures
-    /// by class, GPU-hours, endpoint retries, restarts and downtime
-    Digest {
-        /// How far back to look, e.g. 12h, 90m, 2d
-        #[arg(long, default_value = digest::DEFAULT_SINCE)]
-        since: String,
-    },
-    /// Versions of this client and of the daemon
-    Version,
-}
+use term::ColorWhen;
 
 fn main() -> ExitCode {
+    // clap prints help and usage errors while it parses: tell it --color first.
+    let color = ColorWhen::from_args(std::env::args_os().skip(1));
     let parsed = Cli::command()
+        .color(color.for_clap())
         .try_get_matches()
         .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
     let (cli, matches) = match parsed {
@@ -174,7 +69,7 @@ fn main() -> ExitCode {
         socket_origin,
         json: cli.json,
         quiet: cli.quiet,
-        paint: Paint::detect(stdout_is_terminal),
+        paint: Paint::for_stdout(cli.color),
         fit: render::Fit::for_stdout(stdout_is_terminal),
     };
     match run(cli.command, &ctx) {
@@ -219,13 +114,13 @@ fn run(command: Command, ctx: &Ctx) -> Result<u8, Failure> {
         Command::Enqueue { file, unique } => enqueue(ctx, &file, unique),
         Command::Status { goal } => status(ctx, goal),
         Command::Show { goal } => show(ctx, goal),
-        Command::Watch { goal } => watch(ctx, goal),
+        Command::Watch { goal } => follow::watch(ctx, goal),
         Command::Events {
             goal,
             follow,
             after,
             limit,
-        } => events(
+        } => follow::events(
             ctx,
             EventsParams {
                 goal,
@@ -240,10 +135,11 @@ fn run(command: Command, ctx: &Ctx) -> Result<u8, Failure> {
         Command::Best { goal, output } => best(ctx, goal, output.as_deref()),
         Command::Context { goal } => context(ctx, goal),
         Command::Gpus => gpus(ctx),
-        Command::Report { goal, output } => report(ctx, goal, output.as_deref()),
+        Command::Report { goal, output } => follow::report(ctx, goal, output.as_deref()),
         Command::Completions { shell } => completions(shell),
-        Command::Digest { since } => digest_cmd(ctx, &since),
+        Command::Digest { since } => digest::command(ctx, &since),
         Command::Version => version(ctx),
+        Command::Man { out } => man(ctx, out.as_deref()),
     }
 }
 
@@ -259,17 +155,6 @@ struct Ctx {
     paint: Paint,
     /// Free text cut to fit a terminal, or whole for a pipe or a file.
     fit: render::Fit,
-}
-
-/// Where the socket's path came from; said in the error when nothing listens there.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum SocketOrigin {
-    Flag,
-    Env,
-    /// The default: every place looked at, in order.
-    Default {
-        tried: Vec<PathBuf>,
-    },
 }
 
 impl Ctx {
@@ -308,147 +193,6 @@ impl Ctx {
     fn print_json(&self, value: &Value) -> Result<(), Failure> {
         self.print_line(&serde_json::to_string_pretty(value).unwrap_or_default())
     }
-}
-
-/// Why a command did not succeed; each kind has its exit code.
-#[derive(Debug)]
-enum Failure {
-    /// Whoever read our stdout has gone (`| head -1`): stop quietly, exit 0.
-    StdoutClosed,
-    Client(ClientError),
-    /// Anything else that failed, with a message that names what (exit 1).
-    Failed(String),
-}
-
-impl From<ClientError> for Failure {
-    fn from(e: ClientError) -> Self {
-        Failure::Client(e)
-    }
-}
-
-impl Failure {
-    fn exit_code(&self) -> u8 {
-        match self {
-            Failure::StdoutClosed => 0,
-            Failure::Client(
-                ClientError::Unreachable { .. }
-                | ClientError::Unresponsive { .. }
-                | ClientError::Closed { .. },
-            ) => 3,
-            Failure::Client(_) | Failure::Failed(_) => 1,
-        }
-    }
-
-    /// What went wrong, a hint where one helps, and the exit code.
-    fn report(&self, socket: &Path, origin: &SocketOrigin) -> ErrorReport {
-        let (code, message, hint) = match self {
-            Failure::StdoutClosed => (None, String::new(), None),
-            Failure::Failed(m) => (None, m.clone(), None),
-            Failure::Client(e @ ClientError::Unreachable { kind, .. }) => {
-                let message = match origin {
-                    SocketOrigin::Default { tried } if *kind == io::ErrorKind::NotFound => {
-                        let tried: Vec<String> =
-                            tried.iter().map(|p| p.display().to_string()).collect();
-                        format!(
-                            "cannot reach kerneld: no socket at the default locations (tried {})",
-                            tried.join(", ")
-                        )
-                    }
-                    SocketOrigin::Env => format!("{e} (KERNELD_SOCKET)"),
-                    _ => e.to_string(),
-                };
-                (None, message, Some(start_hint(socket)))
-            }
-            Failure::Client(e @ ClientError::Unresponsive { .. }) => (
-                None,
-                e.to_string(),
-                Some("`systemctl status kerneld` or the daemon's log says what it is doing".into()),
-            ),
-            Failure::Client(ClientError::Rpc(rpc)) => {
-                (Some(rpc.code), rpc.message.clone(), rpc_hint(rpc))
-            }
-            Failure::Client(e) => (None, e.to_string(), None),
-        };
-        ErrorReport {
-            code,
-            message,
-            hint,
-            exit: self.exit_code(),
-        }
-    }
-}
-
-/// A failure as the user sees it on stderr.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-struct ErrorReport {
-    /// The daemon's JSON-RPC error code, when the daemon refused.
-    code: Option<i64>,
-    message: String,
-    hint: Option<String>,
-    exit: u8,
-}
-
-impl ErrorReport {
-    /// `kernelctl: <what went wrong>`, and a line with a hint where one helps.
-    fn text(&self) -> String {
-        match &self.hint {
-            Some(h) => format!("kernelctl: {}\nhint: {h}", self.message),
-            None => format!("kernelctl: {}", self.message),
-        }
-    }
-
-    /// `{"error":{"code":…,"message":…,"hint":…,"exit":N}}` in one line, for --json.
-    fn json(&self) -> String {
-        #[derive(Serialize)]
-        struct Wrapped<'a> {
-            error: &'a ErrorReport,
-        }
-        serde_json::to_string(&Wrapped { error: self }).unwrap_or_default()
-    }
-}
-
-fn start_hint(socket: &Path) -> String {
-    format!(
-        "start the daemon with `systemctl start kerneld` (or `systemctl --user start kerneld`), \
-         or run `kerneld --socket {}`; --socket or KERNELD_SOCKET pick another socket",
-        socket.display()
-    )
-}
-
-/// The daemon's own hint (`data.hint`) when it gives one, else what the error code suggests.
-fn rpc_hint(e: &RpcError) -> Option<String> {
-    if let Some(h) = e
-        .data
-        .as_ref()
-        .and_then(|d| d.get("hint"))
-        .and_then(Value::as_str)
-    {
-        return Some(h.to_string());
-    }
-    // A message that already tells the user which command to run needs no second hint.
-    if e.message.contains("`kernelctl ") {
-        return None;
-    }
-    let hint = match e.code {
-        code::GOAL_NOT_FOUND => "`kernelctl status` lists the goals, by id and name",
-        code::INVALID_GOAL => "fix the goal file where the message says, then enqueue it again",
-        code::INVALID_STATE => "`kernelctl status GOAL` shows the goal's state",
-        code::PERMISSION_DENIED => "only the goal's owner, root or the admin group may change it",
-        code::NO_BEST => {
-            "no candidate is correct yet; `kernelctl show GOAL` lists the recent evaluations"
-        }
-        code::SHUTTING_DOWN => {
-            "the daemon is stopping; try again once it is back (`systemctl status kerneld`)"
-        }
-        code::METHOD_NOT_FOUND
-        | code::INVALID_PARAMS
-        | code::INVALID_REQUEST
-        | code::PARSE_ERROR => {
-            "client and daemon may be of different versions; compare `kernelctl version`"
-        }
-        _ => return None,
-    };
-    Some(hint.to_string())
 }
 
 /// Writes to stdout, --quiet or not (use `Ctx::print` for a command's output); a reader
@@ -549,8 +293,8 @@ fn status(ctx: &Ctx, goal: Option<String>) -> Result<u8, Failure> {
                 return ctx.print_line("no goals yet: `kernelctl enqueue FILE` adds one");
             }
             // On a terminal, the night in one line first (scripts get the table alone).
-            if io::stdout().is_terminal() {
-                if let Ok(d) = window_digest(ctx, digest::DEFAULT_SINCE) {
+            if io::stdout().is_terminal() && !ctx.json {
+                if let Ok(d) = digest::window(ctx, digest::DEFAULT_SINCE) {
                     ctx.print_line(&digest::one_line(&d, digest::DEFAULT_SINCE))?;
                 }
             }
@@ -561,8 +305,29 @@ fn status(ctx: &Ctx, goal: Option<String>) -> Result<u8, Failure> {
 
 fn show(ctx: &Ctx, goal: String) -> Result<u8, Failure> {
     answer(ctx, method::SHOW, GoalRef { goal }, |detail: GoalDetail| {
-        ctx.print(&render::show(&detail, ctx.paint))
+        let mode = run_mode(ctx, &detail);
+        ctx.print(&render::show(&detail, mode, ctx.paint))
     })
+}
+
+/// CPU or GPU: the results say (interpreted timings); before the first result the
+/// daemon's `version` does. A daemon that cannot say counts as GPU.
+fn run_mode(ctx: &Ctx, detail: &GoalDetail) -> render::Mode {
+    let interpreted = detail.recent.iter().map(|e| e.result.interpreted);
+    let evidence = interpreted
+        .chain(detail.summary.best.iter().map(|b| b.interpreted))
+        .reduce(|a, b| a || b);
+    let cpu = evidence.unwrap_or_else(|| {
+        ctx.call_value(method::VERSION, ())
+            .ok()
+            .and_then(|v| decode::<VersionResult>(method::VERSION, v).ok())
+            .is_some_and(|v| v.mode == "cpu")
+    });
+    if cpu {
+        render::Mode::Cpu
+    } else {
+        render::Mode::Gpu
+    }
 }
 
 fn transition(ctx: &Ctx, method: &str, goal: String) -> Result<u8, Failure> {
@@ -642,6 +407,18 @@ fn completions(shell: clap_complete::Shell) -> Result<u8, Failure> {
     Ok(0)
 }
 
+/// kernelctl's pages from the clap definition above (kerneld's: `kerneld man`).
+fn man(ctx: &Ctx, out: Option<&Path>) -> Result<u8, Failure> {
+    let mut stdout = Vec::new();
+    let files = man::write(Cli::command(), out, &mut stdout).map_err(Failure::Failed)?;
+    // The page is what was asked for: printed even with --quiet.
+    write_stdout(&String::from_utf8_lossy(&stdout))?;
+    if let Some(dir) = out {
+        ctx.note(&format!("wrote {} pages in {}", files.len(), dir.display()));
+    }
+    Ok(0)
+}
+
 fn version(ctx: &Ctx) -> Result<u8, Failure> {
     let client = env!("CARGO_PKG_VERSION");
     let value = match ctx.call_value(method::VERSION, ()) {
@@ -672,286 +449,6 @@ fn version(ctx: &Ctx) -> Result<u8, Failure> {
     Ok(0)
 }
 
-// ---------------------------------------------------------------------------
-// Events, watch and report
-// ---------------------------------------------------------------------------
-
-/// One event for people; an event type this client does not know still gets a line.
-fn event_text(value: &Value, paint: Paint, fit: render::Fit) -> String {
-    match serde_json::from_value::<Event>(value.clone()) {
-        Ok(ev) => render::event_line(&ev, paint, fit),
-        Err(_) => format!(
-            "{:>6}  {}  {}",
-            value.get("seq").and_then(Value::as_u64).unwrap_or(0),
-            render::datetime(value.get("time_ms").and_then(Value::as_u64).unwrap_or(0)),
-            value
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or("unknown"),
-        ),
-    }
-}
-
-fn print_event(ctx: &Ctx, value: &Value) -> Result<(), Failure> {
-    if ctx.json {
-        ctx.print_line(&value.to_string())
-    } else {
-        ctx.print_line(&event_text(value, ctx.paint, ctx.fit))
-    }
-}
-
-fn events(ctx: &Ctx, params: EventsParams) -> Result<u8, Failure> {
-    if !params.follow {
-        if params.limit.is_some() {
-            let list: Vec<Value> =
-                decode(method::EVENTS, ctx.call_value(method::EVENTS, &params)?)?;
-            for value in &list {
-                print_event(ctx, value)?;
-            }
-            return Ok(0);
-        }
-        // Everything: the daemon answers a page at a time; an empty page means the end.
-        let mut page = EventsParams {
-            after: Some(params.after.unwrap_or(0)),
-            ..params
-        };
-        loop {
-            let list: Vec<Value> = decode(method::EVENTS, ctx.call_value(method::EVENTS, &page)?)?;
-            let Some(last) = list
-                .last()
-                .and_then(|v| v.get("seq"))
-                .and_then(Value::as_u64)
-            else {
-                return Ok(0);
-            };
-            for value in &list {
-                print_event(ctx, value)?;
-            }
-            page.after = Some(last);
-        }
-    }
-    let (backlog, mut stream) = ctx.connect()?.follow(params)?;
-    for value in &backlog {
-        print_event(ctx, value)?;
-    }
-    while let Some(value) = stream.next_event()? {
-        print_event(ctx, &value)?;
-    }
-    Err(ClientError::Closed {
-        socket: ctx.socket.clone(),
-    }
-    .into())
-}
-
-/// How many past events `watch` shows before the live ones.
-const WATCH_BACKLOG: u64 = 8;
-
-fn watch(ctx: &Ctx, goal: String) -> Result<u8, Failure> {
-    let id = goal_summary(ctx, &goal)?.id;
-    let params = EventsParams {
-        goal: Some(id.clone()),
-        limit: Some(WATCH_BACKLOG),
-        ..Default::default()
-    };
-    let (backlog, mut stream) = ctx.connect()?.follow(params)?;
-    let mut view = WatchView::new(ctx);
-    for value in &backlog {
-        view.event(value)?;
-    }
-    // Read after subscribing: whatever changes from here on arrives as an event.
-    let mut summary = goal_summary(ctx, &id)?;
-    view.status(&summary)?;
-    while !summary.state.is_terminal() {
-        let Some(value) = stream.next_event()? else {
-            view.end()?;
-            return Err(ClientError::Closed {
-                socket: ctx.socket.clone(),
-            }
-            .into());
-        };
-        view.event(&value)?;
-        summary = goal_summary(ctx, &id)?;
-        view.status(&summary)?;
-    }
-    view.end()?;
-    Ok(if summary.state == GoalState::Completed {
-        0
-    } else {
-        1
-    })
-}
-
-fn goal_summary(ctx: &Ctx, goal: &str) -> Result<GoalSummary, Failure> {
-    let value = ctx.call_value(
-        method::STATUS,
-        StatusParams {
-            goal: Some(goal.to_string()),
-        },
-    )?;
-    let goals: Vec<GoalSummary> = decode(method::STATUS, value)?;
-    goals
-        .into_iter()
-        .next()
-        .ok_or_else(|| Failure::Failed(format!("no goal {goal}")))
-}
-
-/// What `watch` prints. On a terminal: events scroll by above a status line redrawn in place.
-/// Elsewhere (a pipe, cron): one timestamped status line whenever it changes.
-/// With --json: the events as JSON lines.
-struct WatchView<'a> {
-    ctx: &'a Ctx,
-    live: bool,
-    /// A status line is on screen without its newline (terminal mode).
-    pending: bool,
-    last: String,
-}
-
-impl<'a> WatchView<'a> {
-    fn new(ctx: &'a Ctx) -> Self {
-        WatchView {
-            ctx,
-            live: io::stdout().is_terminal() && !ctx.json && !ctx.quiet,
-            pending: false,
-            last: String::new(),
-        }
-    }
-
-    fn event(&mut self, value: &Value) -> Result<(), Failure> {
-        if self.ctx.json {
-            return self.ctx.print_line(&value.to_string());
-        }
-        if self.live {
-            self.clear()?;
-            let columns = render::terminal_columns();
-            self.ctx.print_line(&render::truncate_visible(
-                &event_text(value, self.ctx.paint, self.ctx.fit),
-                columns,
-            ))?;
-        }
-        Ok(())
-    }
-
-    fn status(&mut self, summary: &GoalSummary) -> Result<(), Failure> {
-        if self.ctx.json {
-            return Ok(());
-        }
-        let plain = render::status_line(summary, Paint::OFF, self.ctx.fit);
-        if self.live {
-            // One column short of the width: a full line would wrap and break the redraw.
-            let columns = render::terminal_columns().saturating_sub(1);
-            let line = render::truncate_visible(
-                &render::status_line(summary, self.ctx.paint, self.ctx.fit),
-                columns,
-            );
-            self.clear()?;
-            self.ctx.print(&line)?;
-            self.pending = true;
-        } else if plain != self.last {
-            self.ctx
-                .print_line(&format!("{}  {plain}", render::clock(render::now_ms())))?;
-        }
-        self.last = plain;
-        Ok(())
-    }
-
-    fn clear(&mut self) -> Result<(), Failure> {
-        if self.pending {
-            self.pending = false;
-            self.ctx.print("\r\x1b[2K")?;
-        }
-        Ok(())
-    }
-
-    fn end(&mut self) -> Result<(), Failure> {
-        if self.pending {
-            self.pending = false;
-            self.ctx.print("\n")?;
-        }
-        Ok(())
-    }
-}
-
-/// Events per `events` call while reading a goal's whole history.
-const REPORT_PAGE: u64 = 500;
-
-fn report(ctx: &Ctx, goal: String, output: Option<&Path>) -> Result<u8, Failure> {
-    let events = all_events(ctx, Some(&goal))?;
-    let progress = report::Progress::from_events(&goal, &events);
-    match output {
-        Some(path) => {
-            let svg = report::svg(&progress);
-            if is_stdout(path) {
-                // `-o -` names stdout as the file: written even with --quiet.
-                write_stdout(&svg)?;
-            } else {
-                write_file(path, svg.as_bytes())?;
-                ctx.note(&format!(
-                    "wrote {}: {}",
-                    path.display(),
-                    progress.headline()
-                ));
-            }
-        }
-        None if ctx.json => {
-            ctx.print_line(&serde_json::to_string_pretty(&progress).unwrap_or_default())?
-        }
-        None => ctx.print(&report::terminal(
-            &progress,
-            render::terminal_columns(),
-            ctx.paint,
-        ))?,
-    }
-    Ok(0)
-}
-
-/// The digest of the log over the last `since`.
-fn window_digest(ctx: &Ctx, since: &str) -> Result<digest::Digest, Failure> {
-    let secs = digest::parse_since(since).map_err(Failure::Failed)?;
-    let now = render::now_ms();
-    let events = all_events(ctx, None)?;
-    Ok(digest::digest(
-        &events,
-        now.saturating_sub(secs * 1000),
-        now,
-    ))
-}
-
-fn digest_cmd(ctx: &Ctx, since: &str) -> Result<u8, Failure> {
-    let d = window_digest(ctx, since)?;
-    if ctx.json {
-        ctx.print_line(&serde_json::to_string(&d).unwrap_or_default())?;
-    } else {
-        ctx.print(&digest::render(&d, since, ctx.paint))?;
-    }
-    Ok(0)
-}
-
-/// Every event of a goal (or of the whole log), oldest first, read page by page (an event of a type this
-/// client does not know is skipped: the chart has no use for it).
-fn all_events(ctx: &Ctx, goal: Option<&str>) -> Result<Vec<Event>, Failure> {
-    let mut client = ctx.connect()?;
-    let mut events = Vec::new();
-    let mut after = 0;
-    loop {
-        let params = EventsParams {
-            goal: goal.map(str::to_string),
-            after: Some(after),
-            limit: Some(REPORT_PAGE),
-            follow: false,
-        };
-        let page: Vec<Value> = client.call(method::EVENTS, &params)?;
-        let count = page.len() as u64;
-        let start = after;
-        for value in page {
-            after = after.max(value.get("seq").and_then(Value::as_u64).unwrap_or(after));
-            events.extend(serde_json::from_value::<Event>(value).ok());
-        }
-        if count < REPORT_PAGE || after == start {
-            return Ok(events);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -959,112 +456,5 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
-    }
-
-    fn unreachable(kind: io::ErrorKind) -> Failure {
-        Failure::Client(ClientError::Unreachable {
-            socket: "/x.sock".into(),
-            kind,
-            reason: "no such socket".into(),
-        })
-    }
-
-    #[test]
-    fn exit_codes_follow_the_contract() {
-        let unreachable = unreachable(io::ErrorKind::NotFound);
-        assert_eq!(unreachable.exit_code(), 3);
-        let message = unreachable
-            .report(Path::new("/x.sock"), &SocketOrigin::Flag)
-            .text();
-        assert!(message.starts_with("kernelctl: cannot reach kerneld at /x.sock"));
-        assert!(
-            message.contains("systemctl start kerneld")
-                && message.contains("kerneld --socket /x.sock")
-        );
-
-        let rpc = Failure::Client(ClientError::Rpc(RpcError::new(
-            code::GOAL_NOT_FOUND,
-            "no goal named foo",
-        )));
-        assert_eq!(rpc.exit_code(), 1);
-        assert_eq!(
-            rpc.report(Path::new("/x"), &SocketOrigin::Flag).text(),
-            "kernelctl: no goal named foo\nhint: `kernelctl status` lists the goals, by id and name"
-        );
-        assert_eq!(Failure::Failed("x".into()).exit_code(), 1);
-    }
-
-    #[test]
-    fn a_missing_default_socket_lists_every_place_tried() {
-        let origin = SocketOrigin::Default {
-            tried: vec![
-                "/run/user/1000/kerneld.sock".into(),
-                "/run/kerneld/kerneld.sock".into(),
-            ],
-        };
-        let report = unreachable(io::ErrorKind::NotFound).report(Path::new("/x.sock"), &origin);
-        assert_eq!(report.exit, 3);
-        assert!(
-            report.message.contains(
-                "no socket at the default locations (tried /run/user/1000/kerneld.sock, /run/kerneld/kerneld.sock)"
-            ),
-            "{}",
-            report.message
-        );
-        // A socket that exists but refuses says so, at the one path it is.
-        let refused =
-            unreachable(io::ErrorKind::ConnectionRefused).report(Path::new("/x.sock"), &origin);
-        assert!(refused
-            .message
-            .starts_with("cannot reach kerneld at /x.sock"));
-        let from_env =
-            unreachable(io::ErrorKind::NotFound).report(Path::new("/x.sock"), &SocketOrigin::Env);
-        assert!(from_env.message.ends_with("(KERNELD_SOCKET)"));
-    }
-
-    #[test]
-    fn json_errors_carry_code_message_hint_and_exit() {
-        let rpc = Failure::Client(ClientError::Rpc(RpcError::new(
-            code::GOAL_NOT_FOUND,
-            "no goal named nosuch",
-        )));
-        let json = rpc.report(Path::new("/x"), &SocketOrigin::Flag).json();
-        assert!(
-            json.starts_with(r#"{"error":{"code":-32001,"message":"#),
-            "{json}"
-        );
-        let json: Value = serde_json::from_str(&json).unwrap();
-        assert_eq!(
-            json,
-            serde_json::json!({"error": {
-                "code": code::GOAL_NOT_FOUND,
-                "message": "no goal named nosuch",
-                "hint": "`kernelctl status` lists the goals, by id and name",
-                "exit": 1,
-            }})
-        );
-        let json: Value = serde_json::from_str(
-            &Failure::Failed("cannot read goal file x".into())
-                .report(Path::new("/x"), &SocketOrigin::Flag)
-                .json(),
-        )
-        .unwrap();
-        assert_eq!(json["error"]["code"], Value::Null);
-        assert_eq!(json["error"]["hint"], Value::Null);
-        assert_eq!(json["error"]["exit"], 1);
-    }
-
-    #[test]
-    fn the_daemons_own_hint_wins() {
-        let mut e = RpcError::new(code::INVALID_GOAL, "goal.toml:3: unknown key `budgett`");
-        e.data = Some(serde_json::json!({"hint": "did you mean `budget`?"}));
-        assert_eq!(rpc_hint(&e).as_deref(), Some("did you mean `budget`?"));
-        assert_eq!(rpc_hint(&RpcError::new(-32099, "x")), None);
-    }
-
-    #[test]
-    fn unknown_event_types_still_print() {
-        let v = serde_json::json!({"seq": 9, "time_ms": 0, "type": "from_the_future"});
-        assert!(event_text(&v, Paint::OFF, render::Fit::Cut).ends_with("from_the_future"));
     }
 }

@@ -428,9 +428,9 @@ fn watch_ends_when_the_goal_completes() {
     assert!(!stdout.contains('\r'), "no redraws off a terminal");
 }
 
-#[test]
-fn report_writes_an_svg() {
-    let events = vec![
+/// A goal's history for the report: a best, a failure, a better best.
+fn report_events() -> Vec<Value> {
+    vec![
         finished(1, 1, Some(1.0)),
         event(
             2,
@@ -448,8 +448,12 @@ fn report_writes_an_svg() {
                 previous: Some(1.0),
             },
         ),
-    ];
-    let fake = Fake::start(move |_| Reply::Ok(Value::Array(events.clone())));
+    ]
+}
+
+#[test]
+fn report_writes_an_svg() {
+    let fake = Fake::start(|_| Reply::Ok(Value::Array(report_events())));
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("progress.svg");
     let out = fake.run(&["report", "g-1", "-o", file.to_str().unwrap()]);
@@ -494,4 +498,158 @@ fn pause_reports_the_new_state_unless_quiet() {
     assert_eq!(out.status.code(), Some(0));
     assert!(out.stdout.is_empty() && out.stderr.is_empty());
     assert_eq!(fake.methods(), ["pause", "resume"]);
+}
+
+/// `--color` decides outright; under `auto`, NO_COLOR (non-empty) turns colour off and
+/// CLICOLOR_FORCE turns it on even for a pipe, as anstream (and ripgrep, cargo) read them.
+#[test]
+fn colour_follows_the_flag_no_color_and_clicolor_force() {
+    let fake = Fake::start(|_| {
+        Reply::Ok(serde_json::to_value(vec![summary(GoalState::Running)]).unwrap())
+    });
+    let run = |env: &[(&str, &str)], args: &[&str]| -> String {
+        let mut cmd = kernelctl();
+        cmd.env_remove("NO_COLOR").env_remove("CLICOLOR_FORCE");
+        cmd.envs(env.iter().copied())
+            .arg("--socket")
+            .arg(&fake.socket);
+        let out = cmd.args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let coloured = |s: &str| s.contains("\x1b[");
+    assert!(!coloured(&run(&[], &["status"])), "a pipe: no colour");
+    assert!(coloured(&run(&[("CLICOLOR_FORCE", "1")], &["status"])));
+    assert!(
+        coloured(&run(
+            &[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "")],
+            &["status"]
+        )),
+        "an empty NO_COLOR does not count"
+    );
+    assert!(!coloured(&run(
+        &[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")],
+        &["status"]
+    )));
+    assert!(coloured(&run(
+        &[("NO_COLOR", "1")],
+        &["--color", "always", "status"]
+    )));
+    assert!(!coloured(&run(
+        &[("CLICOLOR_FORCE", "1")],
+        &["status", "--color=never"]
+    )));
+    // Coloured or not, the same text.
+    let plain = run(&[], &["status"]);
+    let forced = run(&[], &["--color", "always", "status"]);
+    let stripped = strip_escapes(&forced);
+    assert_eq!(stripped, plain);
+
+    let out = kernelctl()
+        .args(["--color", "sometimes", "status"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "a bad --color is a usage error");
+}
+
+/// ESC [ ... letter sequences removed (what a terminal does not show).
+fn strip_escapes(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for e in chars.by_ref() {
+                if e.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A subcommand's help lists the global options once, under their own heading, in one
+/// line each; the socket's default locations are told once, on the main page.
+#[test]
+fn global_options_are_shown_once_and_briefly() {
+    let out = kernelctl().args(["status", "--help"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let help = text(&out.stdout);
+    assert_eq!(help.matches("Global options:").count(), 1, "{help}");
+    for flag in ["--socket", "--json", "--quiet", "--color"] {
+        assert_eq!(help.matches(flag).count(), 1, "{flag} once: {help}");
+    }
+    assert!(!help.contains("/run/kerneld"), "{help}");
+    let main = text(&kernelctl().arg("--help").output().unwrap().stdout);
+    assert!(
+        main.contains("/run/kerneld/kerneld.sock") && main.contains("CLICOLOR_FORCE"),
+        "{main}"
+    );
+}
+
+/// `kernelctl man` writes roff from the clap definition: the main page to stdout, every
+/// page with --out, and they say what --help says.
+#[test]
+fn man_pages_come_from_the_clap_definition() {
+    let out = kernelctl()
+        .args(["--socket", "/nonexistent.sock", "man"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let page = text(&out.stdout);
+    assert!(page.contains(".TH kernelctl 1"), "{page}");
+    assert!(page.contains("Control kerneld"), "{page}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = kernelctl()
+        .args(["-q", "man", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    for name in [
+        "kernelctl.1",
+        "kernelctl-status.1",
+        "kernelctl-report.1",
+        "kernelctl-man.1",
+    ] {
+        assert!(dir.path().join(name).is_file(), "{name} missing");
+    }
+    let report = std::fs::read_to_string(dir.path().join("kernelctl-report.1")).unwrap();
+    assert!(
+        report.contains(".png") && report.contains(".html"),
+        "{report}"
+    );
+}
+
+/// -o picks the format by extension: PNG (a real image), HTML (chart and table), and a
+/// name it cannot write is refused before the daemon is asked.
+#[test]
+fn report_writes_png_and_html_by_extension() {
+    let fake = Fake::start(|_| Reply::Ok(Value::Array(report_events())));
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("r.png");
+    let out = fake.run(&["report", "g-1", "-o", png.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+    let html = dir.path().join("r.html");
+    let out = fake.run(&["report", "g-1", "-o", html.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<svg ") && page.contains("<table>"), "{page}");
+    fake.methods();
+    let out = fake.run(&[
+        "report",
+        "g-1",
+        "-o",
+        dir.path().join("r.jpg").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains(".svg, .png or .html"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(fake.methods().is_empty(), "nothing asked of the daemon");
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser, Subcommand};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use tokio_util::sync::CancellationToken;
 
@@ -46,6 +46,19 @@ struct Cli {
     /// Log filter, e.g. "info" or "kerneld=debug".
     #[arg(long, env = "KERNELD_LOG", default_value = "info")]
     log: String,
+    #[command(subcommand)]
+    command: Option<DaemonCommand>,
+}
+
+/// Without a subcommand kerneld runs the daemon.
+#[derive(Debug, Clone, Subcommand)]
+enum DaemonCommand {
+    /// Write kerneld's man page (kerneld.1) to stdout, or into DIR with --out
+    Man {
+        /// The directory to write kerneld.1 in (e.g. /usr/share/man/man1)
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
 }
 
 fn build_config(cli: &Cli) -> Result<Config, String> {
@@ -119,6 +132,10 @@ fn log_colours(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> 
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Hook: `kerneld man` writes the page and exits before anything starts (manpage.rs).
+    if let Some(DaemonCommand::Man { out }) = &cli.command {
+        return man(out.as_deref());
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "info".into()),
@@ -198,6 +215,27 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("kerneld: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `kerneld man`: the page from this very definition (clap_mangen), to stdout or DIR/kerneld.1.
+fn man(out: Option<&std::path::Path>) -> ExitCode {
+    let page = clap_mangen::Man::new(Cli::command().disable_help_subcommand(true))
+        .source(format!("kerneld {}", env!("CARGO_PKG_VERSION")))
+        .manual("kerneld manual");
+    let written = match out {
+        None => page.render(&mut std::io::stdout()),
+        Some(dir) => std::fs::create_dir_all(dir)
+            .and_then(|()| page.generate_to(dir))
+            .map(|path| eprintln!("wrote {}", path.display())),
+    };
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let place = out.map_or("stdout".into(), |d| d.display().to_string());
+            eprintln!("kerneld: cannot write the man page to {place}: {e}");
             ExitCode::from(1)
         }
     }

@@ -176,3 +176,23 @@ fn under_cron_quiet_commands_print_nothing_and_errors_still_reach_stderr() {
     let out = cron_kernelctl(&["status", "--json"], &[("XDG_RUNTIME_DIR", &xdg)]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
+
+/// `kerneld man` writes the daemon's page from its own clap definition (as `kernelctl man`
+/// does the client's), for docs/INSTALL.md's install step.
+#[test]
+fn kerneld_writes_its_man_page() {
+    let dir = TempDir::new("man");
+    let out = Command::new(binary("kerneld"))
+        .args(["man", "--out"])
+        .arg(dir.path())
+        .output()
+        .expect("run kerneld man");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let page = std::fs::read_to_string(dir.path().join("kerneld.1")).unwrap();
+    assert!(page.contains(".TH kerneld 1"), "{page}");
+    for flag in ["state\\-dir", "socket", "kernels", "cpu"] {
+        assert!(page.contains(flag), "{flag} missing in {page}");
+    }
+    let out = Command::new(binary("kerneld")).arg("man").output().unwrap();
+    assert!(text(&out.stdout).contains(".TH kerneld 1"));
+}

@@ -1,0 +1,162 @@
+//! kernelctl's command line: one clap definition for `--help`, the shell completions and
+//! the man pages (`kernelctl man`), so the three always agree.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::term::ColorWhen;
+
+/// Where the socket is looked for without --socket; said once, on the main page.
+const SOCKET_DEFAULT: &str = "\
+Socket: without --socket or KERNELD_SOCKET, kernelctl uses the first that exists of \
+$XDG_RUNTIME_DIR/kerneld.sock (else /run/user/$UID/kerneld.sock for a user) and \
+/run/kerneld/kerneld.sock, the same rule the daemon follows.
+
+Colour: --color auto (the default) colours a terminal; NO_COLOR (non-empty) turns colour \
+off and CLICOLOR_FORCE turns it on for pipes too; --color always|never decides outright.
+
+Exit status: 0 ok, 1 failed (the daemon refused, or the operation failed), 2 usage, \
+3 daemon not reachable.";
+
+#[derive(Parser)]
+#[command(
+    name = "kernelctl",
+    version,
+    about = "Control kerneld: enqueue, watch and steer GPU-kernel optimization goals.",
+    after_help = SOCKET_DEFAULT,
+    // Subcommand pages list the global options under their own heading, briefly; the
+    // long story (socket defaults, colour, exit codes) is told once, here.
+    subcommand_help_heading = "Commands"
+)]
+pub struct Cli {
+    /// The daemon's socket (default: see `kernelctl --help`)
+    #[arg(
+        long,
+        global = true,
+        env = "KERNELD_SOCKET",
+        value_name = "PATH",
+        help_heading = "Global options"
+    )]
+    pub socket: Option<PathBuf>,
+    /// Print results as JSON (JSON lines for event streams), errors as JSON on stderr
+    #[arg(long, global = true, help_heading = "Global options")]
+    pub json: bool,
+    /// Print nothing on success, for cron (files named with -o are still written)
+    #[arg(short, long, global = true, help_heading = "Global options")]
+    pub quiet: bool,
+    /// When to colour the output
+    #[arg(
+        long,
+        global = true,
+        value_name = "WHEN",
+        default_value = "auto",
+        hide_possible_values = false,
+        help_heading = "Global options"
+    )]
+    pub color: ColorWhen,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Enqueue the goal in FILE; prints the goal's id
+    Enqueue {
+        /// The goal file (TOML)
+        file: PathBuf,
+        /// If a goal of the same name is queued, running or paused, print its id instead (for cron)
+        #[arg(long)]
+        unique: bool,
+    },
+    /// List goals (or one goal) with their progress
+    Status {
+        /// Only this goal (id or name)
+        goal: Option<String>,
+    },
+    /// One goal in full: its spec, progress and recent evaluations
+    Show {
+        /// The goal's id or name
+        goal: String,
+    },
+    /// Follow a goal live until it completes, fails or is cancelled (exit 0 only when completed)
+    Watch {
+        /// The goal's id or name
+        goal: String,
+    },
+    /// The event log, of one goal or of all
+    Events {
+        /// Only this goal's events (id or name)
+        goal: Option<String>,
+        /// Keep printing new events as they happen
+        #[arg(short, long)]
+        follow: bool,
+        /// Only events after this sequence number
+        #[arg(long, value_name = "SEQ")]
+        after: Option<u64>,
+        /// At most N events (the newest, unless --after is given)
+        #[arg(short = 'n', long, value_name = "N")]
+        limit: Option<u64>,
+    },
+    /// Pause a goal: its evaluation in flight is finished or aborted and the GPU freed
+    Pause {
+        /// The goal's id or name
+        goal: String,
+    },
+    /// Resume a paused goal from the iteration it stopped at
+    Resume {
+        /// The goal's id or name
+        goal: String,
+    },
+    /// Cancel a goal for good
+    Cancel {
+        /// The goal's id or name
+        goal: String,
+    },
+    /// The best correct candidate's source, to stdout or to a file
+    Best {
+        /// The goal's id or name
+        goal: String,
+        /// Write the source to FILE (a summary goes to stderr)
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// Exactly what the goal's agent gets on its next iteration (llm: the messages, --json
+    /// as sent; command: CONTEXT.md; search: the compacted context)
+    Context {
+        /// The goal's id or name
+        goal: String,
+    },
+    /// GPUs (evaluation slots): health, leases, work done
+    Gpus,
+    /// Progress over time: a chart in the terminal, or with -o an SVG, PNG or HTML file
+    Report {
+        /// The goal's id or name
+        goal: String,
+        /// Write the chart to FILE, as its extension says: .svg, .png, or .html (the chart
+        /// and the table of bests in one page); "-" writes the SVG to stdout
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// Shell completions for SHELL, to stdout
+    Completions {
+        /// bash, zsh, fish, elvish or powershell
+        shell: clap_complete::Shell,
+    },
+    /// What happened lately: goals finished and why, new bests, evaluations and failures
+    /// by class, GPU-hours, endpoint retries, restarts and downtime
+    Digest {
+        /// How far back to look, e.g. 12h, 90m, 2d
+        #[arg(long, default_value = crate::digest::DEFAULT_SINCE)]
+        since: String,
+    },
+    /// Versions of this client and of the daemon
+    Version,
+    /// The man pages: kernelctl.1 to stdout, or with --out every page (kernelctl.1,
+    /// kernelctl-status.1, ...) into DIR
+    Man {
+        /// The directory to write the pages in (e.g. /usr/local/share/man/man1)
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+}

@@ -1,0 +1,297 @@
+//! `show`: one goal in full: its spec (with the shapes that actually ran), its progress,
+//! its best and a table of the recent evaluations.
+
+use std::fmt::Write as _;
+
+use kerneld_protocol::wire::{BestSummary, EvalResult, GoalDetail, GoalSpec, GoalSummary};
+
+use super::{
+    class_style, datetime, duration, percent, short_id, speedup, state_style, table, truncate,
+    Cell, Paint, Style,
+};
+
+/// Where the goal's evaluations run, for the `shapes` line of `show`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Gpu,
+    /// Triton's interpreter: the task's small smoke shapes run instead of the goal's.
+    Cpu,
+}
+
+/// The shapes that actually ran, in the order the results list them: in CPU mode the
+/// harness swaps the goal's shapes for the task's smoke shapes.
+fn shapes_text(detail: &GoalDetail, mode: Mode) -> String {
+    let goal = detail.spec.shapes.join(", ");
+    if mode == Mode::Gpu {
+        return goal;
+    }
+    let mut ran: Vec<&str> = Vec::new();
+    for e in detail.recent.iter().filter(|e| e.result.interpreted) {
+        for t in &e.result.shapes {
+            if !ran.contains(&t.shape.as_str()) {
+                ran.push(&t.shape);
+            }
+        }
+    }
+    let ran = if ran.is_empty() {
+        "the task's smoke shapes".to_string()
+    } else {
+        ran.join(", ")
+    };
+    format!("{ran} (CPU mode: smoke shapes; on a GPU: {goal})")
+}
+
+pub fn show(detail: &GoalDetail, mode: Mode, paint: Paint) -> String {
+    let g = &detail.summary;
+    let mut out = format!(
+        "{}  {}  {}\n",
+        paint.paint(&g.name, Some(Style::Bold)),
+        g.id,
+        paint.paint(g.state.as_str(), Some(state_style(g.state)))
+    );
+    for (key, value) in spec_fields(&detail.spec, shapes_text(detail, mode))
+        .into_iter()
+        .chain(summary_fields(g))
+    {
+        let _ = writeln!(
+            out,
+            "  {}  {value}",
+            paint.paint(&format!("{key:<10}"), Some(Style::Dim))
+        );
+    }
+    out.push('\n');
+    if detail.recent.is_empty() {
+        out.push_str("no evaluations yet\n");
+        return out;
+    }
+    out.push_str(&paint.paint("recent evaluations", Some(Style::Bold)));
+    out.push('\n');
+    let rows: Vec<Vec<Cell>> = detail
+        .recent
+        .iter()
+        .map(|e| {
+            let mut row = vec![
+                Cell::num(e.iteration.to_string()),
+                Cell::new(short_id(&e.candidate)),
+                Cell::new(&e.seed),
+            ];
+            row.extend(result_cells(&e.result));
+            row
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            "ITER",
+            "CANDIDATE",
+            "SEED",
+            "CLASS",
+            "SPEEDUP",
+            "SPREAD",
+            "TIME",
+            "MESSAGE",
+        ],
+        &rows,
+        paint,
+    ));
+    out
+}
+
+/// Class, speedup, spread, elapsed time and the first line of the message of one result.
+fn result_cells(r: &EvalResult) -> Vec<Cell> {
+    let star = if r.interpreted { "*" } else { "" };
+    vec![
+        Cell::new(r.class.as_str()).styled(class_style(r.class)),
+        Cell::num(
+            r.speedup
+                .map_or("-".into(), |s| format!("{}{star}", speedup(s))),
+        ),
+        Cell::num(r.spread_pct.map_or("-".into(), percent)),
+        Cell::num(duration(r.elapsed_s)),
+        Cell::new(
+            r.message
+                .as_deref()
+                .map_or(String::new(), |m| truncate(m, 70)),
+        ),
+    ]
+}
+
+fn spec_fields(spec: &GoalSpec, shapes: String) -> Vec<(&'static str, String)> {
+    let seeds: Vec<&str> = spec.seeds.iter().map(|s| s.name.as_str()).collect();
+    vec![
+        ("task", spec.task_dir.clone()),
+        (
+            "objective",
+            format!("{} vs {}", spec.objective, spec.baseline),
+        ),
+        ("shapes", shapes),
+        ("seeds", seeds.join(", ")),
+        ("budget", budget_text(spec)),
+        ("stop", stop_text(spec)),
+        ("agent", spec.agent.kind().as_str().to_string()),
+        (
+            "resources",
+            format!(
+                "{} GPU(s), priority {}",
+                spec.resources.gpus, spec.resources.priority
+            ),
+        ),
+    ]
+}
+
+fn budget_text(spec: &GoalSpec) -> String {
+    let b = &spec.budget;
+    joined_or_none([
+        b.wall_s.map(|s| format!("wall {}", duration(s as f64))),
+        b.iterations.map(|n| format!("{n} iterations")),
+        b.gpu_hours.map(|h| format!("{h} GPU-hours")),
+        b.tokens.map(|t| format!("{t} tokens")),
+        b.cost.map(|c| {
+            let price = b.price_per_1k_tokens.unwrap_or(0.0);
+            format!("cost {c} at {price} per 1k tokens")
+        }),
+    ])
+}
+
+fn stop_text(spec: &GoalSpec) -> String {
+    let s = &spec.stop;
+    joined_or_none([
+        s.target_speedup.map(|t| format!("target {}", speedup(t))),
+        s.plateau.map(|p| format!("plateau {p} iterations")),
+    ])
+}
+
+/// The present parts joined with " · ", or "none".
+fn joined_or_none<const N: usize>(parts: [Option<String>; N]) -> String {
+    let parts: Vec<String> = parts.into_iter().flatten().collect();
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(" · ")
+    }
+}
+
+fn summary_fields(g: &GoalSummary) -> Vec<(&'static str, String)> {
+    let mut fields = vec![
+        ("owner", format!("uid {}", g.owner_uid)),
+        ("created", datetime(g.created_ms)),
+        ("updated", datetime(g.updated_ms)),
+        (
+            "progress",
+            format!(
+                "iteration {} · {} evaluations · {} in flight · wall {} · GPU {}",
+                g.iteration,
+                g.evaluations,
+                g.in_flight,
+                duration(g.wall_s),
+                duration(g.gpu_s)
+            ),
+        ),
+    ];
+    fields.push(("best", g.best.as_ref().map_or("none yet".into(), best_text)));
+    if g.tokens > 0 {
+        fields.push(("tokens", format!("{} spent by the agent's endpoint", g.tokens)));
+    }
+    if let Some(reason) = &g.reason {
+        fields.push(("reason", reason.clone()));
+    }
+    if let Some(w) = &g.waiting {
+        fields.push(("waiting", w.clone()));
+    }
+    fields
+}
+
+fn best_text(b: &BestSummary) -> String {
+    let interp = if b.interpreted {
+        " (interpreted: not a GPU figure)"
+    } else {
+        ""
+    };
+    format!(
+        "{} {} at iteration {}: candidate {} (seed {}) config {}{interp}",
+        speedup(b.speedup),
+        percent(b.spread_pct),
+        b.iteration,
+        short_id(&b.candidate),
+        b.seed,
+        b.config
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::tests::summary;
+    use kerneld_protocol::wire::{
+        Budget, EvaluationRecord, GoalState, Resources, ResultClass, ShapeTiming, StopRules,
+    };
+
+    fn detail(interpreted: bool) -> GoalDetail {
+        let timing = |shape: &str| -> ShapeTiming {
+            serde_json::from_value(serde_json::json!({"shape": shape, "median_us": 10.0})).unwrap()
+        };
+        let result = EvalResult {
+            speedup: Some(0.01),
+            correct: true,
+            interpreted,
+            shapes: vec![timing("s16"), timing("s_odd")],
+            ..EvalResult::failure(ResultClass::Ok, "", 1.0)
+        };
+        GoalDetail {
+            summary: summary("demo", GoalState::Running, None),
+            spec: GoalSpec {
+                name: "demo".into(),
+                task: "demo".into(),
+                task_dir: "/k/demo".into(),
+                objective: "geomean_speedup".into(),
+                baseline: "torch_fp32".into(),
+                shapes: vec!["m512".into(), "m1024_k4096".into()],
+                seeds: vec![],
+                budget: Budget::default(),
+                stop: StopRules::default(),
+                // As on the wire: the same on every version of the agent type.
+                agent: serde_json::from_value(
+                    serde_json::json!({"kind": "search", "settings": {}}),
+                )
+                .unwrap(),
+                resources: Resources {
+                    gpus: 1,
+                    priority: 0,
+                },
+            },
+            recent: vec![EvaluationRecord {
+                iteration: 1,
+                candidate: "abc".into(),
+                seed: "tiled.py".into(),
+                config: serde_json::json!({}),
+                source_hash: None,
+                result,
+                device: None,
+            }],
+        }
+    }
+
+    /// In CPU mode `show` names the smoke shapes that ran, and the goal's for a GPU.
+    #[test]
+    fn show_lists_the_shapes_that_ran() {
+        let line = |text: String| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with("shapes"))
+                .unwrap()
+                .to_string()
+        };
+        let cpu = line(show(&detail(true), Mode::Cpu, Paint::OFF));
+        assert!(
+            cpu.ends_with("s16, s_odd (CPU mode: smoke shapes; on a GPU: m512, m1024_k4096)"),
+            "{cpu}"
+        );
+        let gpu = line(show(&detail(false), Mode::Gpu, Paint::OFF));
+        assert!(gpu.ends_with("  m512, m1024_k4096"), "{gpu}");
+        let mut none_yet = detail(true);
+        none_yet.recent.clear();
+        let early = line(show(&none_yet, Mode::Cpu, Paint::OFF));
+        assert!(
+            early.contains("the task's smoke shapes (CPU mode"),
+            "{early}"
+        );
+    }
+}
