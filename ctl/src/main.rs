@@ -441,6 +441,9 @@ fn version(ctx: &Ctx) -> Result<u8, Failure> {
         "kerneld   {} (protocol {}), pid {}, {} mode, state {}, last event {}",
         d.version, d.protocol, d.pid, d.mode, d.state_dir, d.last_seq
     ))?;
+    if let Some(sb) = &d.sandbox {
+        ctx.print(&render::sandbox(sb, ctx.paint))?;
+    }
     if d.protocol != wire::PROTOCOL {
         ctx.note(
             "warning: client and daemon speak different protocol revisions; upgrade the older one",

@@ -43,6 +43,48 @@ pub struct Config {
     pub agent_backoff_scale: f64,
     /// Where the config was read from, for SIGHUP reloads.
     pub config_file: Option<PathBuf>,
+    /// The evaluation sandbox (daemon/src/sandbox, docs/INSTALL.md "Sandbox").
+    pub sandbox: SandboxConfig,
+    /// The environment a `command` agent gets from kerneld's: only these variables
+    /// (never API keys or the daemon's settings), plus the KERNELD_* it is given.
+    pub command_env: Vec<String>,
+}
+
+/// Sandbox settings (flat keys in kerneld.toml).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxConfig {
+    /// The account runners run as when kerneld may switch users (root, or CAP_SETUID).
+    pub runner_user: String,
+    /// Run goals whose agent writes code even when the sandbox is incomplete.
+    pub allow_unsandboxed: bool,
+    /// The `kerneld-sandbox` binary; default: next to `kerneld`, else on PATH.
+    pub binary: Option<PathBuf>,
+    /// Parent of the per-slot scratch directories; default `<state_dir>.scratch`
+    /// (outside the state directory, which runners must not reach).
+    pub scratch_dir: Option<PathBuf>,
+    /// More paths the judge and runners may read / execute (e.g. a Python package
+    /// installed outside the environment's prefix).
+    pub extra_ro: Vec<PathBuf>,
+    pub extra_exec: Vec<PathBuf>,
+    /// RLIMIT_NPROC of the judge and runners (threads count; shared by the runner user).
+    pub max_procs: u64,
+    /// Let evaluations create AF_UNIX sockets (off: the daemon's socket is out of reach).
+    pub unix_sockets: bool,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> SandboxConfig {
+        SandboxConfig {
+            runner_user: "kerneld-runner".into(),
+            allow_unsandboxed: false,
+            binary: None,
+            scratch_dir: None,
+            extra_ro: Vec::new(),
+            extra_exec: Vec::new(),
+            max_procs: 4096,
+            unix_sockets: false,
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -63,6 +105,15 @@ struct RawConfig {
     llm_keys: Option<std::collections::BTreeMap<String, String>>,
     max_attempts: Option<u32>,
     agent_backoff_scale: Option<f64>,
+    runner_user: Option<String>,
+    allow_unsandboxed: Option<bool>,
+    sandbox_binary: Option<PathBuf>,
+    scratch_dir: Option<PathBuf>,
+    sandbox_extra_ro: Option<Vec<PathBuf>>,
+    sandbox_extra_exec: Option<Vec<PathBuf>>,
+    worker_max_procs: Option<u64>,
+    sandbox_unix_sockets: Option<bool>,
+    command_env: Option<Vec<String>>,
 }
 
 impl Config {
@@ -87,6 +138,8 @@ impl Config {
             max_attempts: 3,
             agent_backoff_scale: 1.0,
             config_file: None,
+            sandbox: SandboxConfig::default(),
+            command_env: ["PATH", "HOME", "LANG"].map(String::from).to_vec(),
         }
     }
 
@@ -160,6 +213,34 @@ impl Config {
             }
             self.agent_backoff_scale = v;
         }
+        let sb = &mut self.sandbox;
+        if let Some(v) = raw.runner_user {
+            sb.runner_user = v;
+        }
+        if let Some(v) = raw.allow_unsandboxed {
+            sb.allow_unsandboxed = v;
+        }
+        if raw.sandbox_binary.is_some() {
+            sb.binary = raw.sandbox_binary;
+        }
+        if raw.scratch_dir.is_some() {
+            sb.scratch_dir = raw.scratch_dir;
+        }
+        if let Some(v) = raw.sandbox_extra_ro {
+            sb.extra_ro = v;
+        }
+        if let Some(v) = raw.sandbox_extra_exec {
+            sb.extra_exec = v;
+        }
+        if let Some(v) = raw.worker_max_procs {
+            sb.max_procs = v;
+        }
+        if let Some(v) = raw.sandbox_unix_sockets {
+            sb.unix_sockets = v;
+        }
+        if let Some(v) = raw.command_env {
+            self.command_env = v;
+        }
         self.config_file = Some(file.to_path_buf());
         Ok(self)
     }
@@ -170,6 +251,19 @@ impl Config {
 
     pub fn sources_dir(&self) -> PathBuf {
         self.state_dir.join("sources")
+    }
+
+    /// Parent of the slots' scratch directories (see `SandboxConfig::scratch_dir`).
+    pub fn scratch_dir(&self) -> PathBuf {
+        self.sandbox.scratch_dir.clone().unwrap_or_else(|| {
+            let mut name = self
+                .state_dir
+                .file_name()
+                .unwrap_or_default()
+                .to_os_string();
+            name.push(".scratch");
+            self.state_dir.with_file_name(name)
+        })
     }
 
     pub fn worker_script(&self) -> PathBuf {

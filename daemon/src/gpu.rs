@@ -22,6 +22,8 @@ pub struct DeviceInfo {
     /// True for real GPUs: the worker gets `CUDA_VISIBLE_DEVICES=<uuid>`; false runs the
     /// worker under Triton's interpreter.
     pub is_gpu: bool,
+    /// The device node's minor number (`/dev/nvidia<minor>`): the sandbox opens only it.
+    pub minor: Option<u32>,
 }
 
 /// One look at a device's health.
@@ -90,6 +92,7 @@ impl DeviceLayer for CpuLayer {
             compute_capability: None,
             memory_total_mib: None,
             is_gpu: false,
+            minor: None,
         }]
     }
     fn health(&self, _uuid: &str, _ours: &BTreeSet<u32>) -> HealthReading {
@@ -140,6 +143,7 @@ impl NvmlLayer {
                 compute_capability: cc,
                 memory_total_mib: dev.memory_info().ok().map(|m| m.total >> 20),
                 is_gpu: true,
+                minor: dev.minor_number().ok(),
             });
         }
         if devices.is_empty() {
@@ -243,6 +247,7 @@ impl ScriptedLayer {
                 compute_capability: Some((9, 0)),
                 memory_total_mib: Some(1024),
                 is_gpu: false,
+                minor: None,
             })
             .collect();
         ScriptedLayer {

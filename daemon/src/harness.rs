@@ -28,12 +28,12 @@ const STDERR_TAIL: usize = 40;
 pub struct WorkerSpec {
     pub python: PathBuf,
     pub script: PathBuf,
-    /// The GPU's UUID, or None for the CPU slot (Triton's interpreter).
-    pub gpu_uuid: Option<String>,
     pub max_files: u64,
     /// Address-space limit in bytes (CPU mode only; 0 = none).
     pub max_address_space: u64,
     pub start_timeout: Duration,
+    /// How the worker is confined (crate::sandbox), or why it cannot be started.
+    pub sandbox: Result<crate::sandbox::WorkerSandbox, String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +54,8 @@ pub enum WorkerError {
     Died { status: String, stderr: String },
     #[error("the harness worker broke the protocol: {0}")]
     Protocol(String),
+    #[error("cannot prepare the evaluation sandbox: {0}")]
+    Sandbox(String),
 }
 
 /// A running worker. Dropping it kills its process group.
@@ -66,37 +68,38 @@ pub struct Worker {
     next_id: u64,
     /// The worker's ready line (versions, device).
     pub ready: Value,
+    sandbox: crate::sandbox::WorkerSandbox,
 }
 
 impl Worker {
     /// Starts a worker and waits for its ready line.
     pub async fn start(spec: &WorkerSpec) -> Result<Worker, WorkerError> {
-        let mut cmd = Command::new(&spec.python);
+        let sandbox = spec.sandbox.clone().map_err(WorkerError::Sandbox)?;
+        // Under kerneld-sandbox when it works here (crate::sandbox::runtime), else Python
+        // directly; either way with exactly the harness's environment: never the daemon's
+        // API keys, NOTIFY_SOCKET or settings.
+        let mut cmd = match &sandbox.wrapper {
+            Some((bin, args)) => {
+                let mut c = Command::new(bin);
+                c.args(args).arg("--").arg(&spec.python);
+                c
+            }
+            None => Command::new(&spec.python),
+        };
         cmd.arg("-u")
             .arg(&spec.script)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .env("PYTHONUNBUFFERED", "1")
-            // The worker must not talk to systemd in the daemon's name.
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("WATCHDOG_USEC")
-            .env_remove("WATCHDOG_PID")
+            .env_clear()
+            .envs(sandbox.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&sandbox.scratch)
             .process_group(0)
             .kill_on_drop(true);
-        match &spec.gpu_uuid {
-            Some(uuid) => {
-                cmd.env("CUDA_VISIBLE_DEVICES", uuid)
-                    .env_remove("TRITON_INTERPRET");
-            }
-            None => {
-                cmd.env("CUDA_VISIBLE_DEVICES", "")
-                    .env("TRITON_INTERPRET", "1");
-            }
-        }
         let max_files = spec.max_files;
         let max_as = spec.max_address_space;
-        // SAFETY: only async-signal-safe calls (setrlimit) between fork and exec.
+        // SAFETY: only async-signal-safe calls (setrlimit, open, write, close) between
+        // fork and exec. The sandbox sets its limits again; these hold when it is off.
         unsafe {
             cmd.pre_exec(move || {
                 use nix::sys::resource::{setrlimit, Resource};
@@ -104,6 +107,13 @@ impl Worker {
                 let _ = setrlimit(Resource::RLIMIT_CORE, 0, 0);
                 if max_as > 0 {
                     let _ = setrlimit(Resource::RLIMIT_AS, max_as, max_as);
+                }
+                // Under memory pressure the kernel should take a worker, not the daemon
+                // (the sandboxed worker can no longer write /proc itself).
+                let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY);
+                if fd >= 0 {
+                    let _ = libc::write(fd, b"500".as_ptr().cast(), 3);
+                    libc::close(fd);
                 }
                 Ok(())
             });
@@ -141,6 +151,7 @@ impl Worker {
             stderr_tail,
             next_id: 1,
             ready: Value::Null,
+            sandbox,
         };
         let ready = match tokio::time::timeout(spec.start_timeout, worker.read_line()).await {
             Ok(Ok(v)) => v,
@@ -201,6 +212,7 @@ impl Worker {
     /// Sends one request and waits for its reply, at most `timeout`. On a timeout the
     /// caller must `kill` the worker: its state is unknown.
     pub async fn call(&mut self, mut req: Value, timeout: Duration) -> Result<Value, WorkerError> {
+        crate::sandbox::inbox::hand_over(&self.sandbox, &mut req).map_err(WorkerError::Sandbox)?;
         let id = self.next_id;
         self.next_id += 1;
         req["id"] = json!(id);
@@ -283,6 +295,44 @@ impl Drop for Worker {
         // process) goes with the worker.
         self.kill_group();
     }
+}
+
+/// `pids` and every process descending from them (one pass over /proc): a worker's
+/// runners and compilers are the worker's, whatever process group they are in.
+pub fn with_descendants(pids: &std::collections::BTreeSet<u32>) -> std::collections::BTreeSet<u32> {
+    let mut parent = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // After the `(comm)`: state, ppid, ...
+        if let Some(ppid) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok())
+        {
+            parent.insert(pid, ppid);
+        }
+    }
+    let mut ours = pids.clone();
+    for &pid in parent.keys() {
+        let mut p = pid;
+        // Bounded walk up: pid 1 (or a vanished parent) ends it.
+        for _ in 0..64 {
+            if ours.contains(&p) {
+                ours.insert(pid);
+                break;
+            }
+            match parent.get(&p) {
+                Some(&pp) if pp > 1 => p = pp,
+                _ => break,
+            }
+        }
+    }
+    ours
 }
 
 fn describe_status(s: std::process::ExitStatus) -> String {

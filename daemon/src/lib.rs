@@ -15,6 +15,7 @@ pub(crate) mod harness;
 pub(crate) mod projection;
 pub(crate) mod reconfigure;
 pub(crate) mod rpc;
+pub mod sandbox;
 pub(crate) mod scheduler;
 pub(crate) mod spool;
 pub(crate) mod store;

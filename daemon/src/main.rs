@@ -43,6 +43,10 @@ struct Cli {
     /// Use the CPU slot (Triton's interpreter) even when GPUs are present.
     #[arg(long)]
     cpu: bool,
+    /// Run goals whose agent writes code even when the evaluation sandbox is incomplete
+    /// (kerneld.toml's `allow_unsandboxed`).
+    #[arg(long)]
+    allow_unsandboxed: bool,
     /// Log filter, e.g. "info" or "kerneld=debug".
     #[arg(long, env = "KERNELD_LOG", default_value = "info")]
     log: String,
@@ -93,6 +97,9 @@ fn build_config(cli: &Cli) -> Result<Config, String> {
     if cli.cpu {
         cfg.force_cpu = true;
     }
+    if cli.allow_unsandboxed {
+        cfg.sandbox.allow_unsandboxed = true;
+    }
     if !cfg.worker_script().is_file() {
         return Err(format!(
             "no harness worker at {}; point --kernels (or KERNELD_KERNELS) at the kernels directory",
@@ -131,6 +138,12 @@ fn log_colours(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> 
 }
 
 fn main() -> ExitCode {
+    // First of all: processes of the same uid (a user daemon's runners) must not read
+    // /proc/<kerneld>/environ or mem, where API keys live. Not dumpable also means no core.
+    // SAFETY: prctl with integer arguments.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
     let cli = Cli::parse();
     // Hook: `kerneld man` writes the page and exits before anything starts (manpage.rs).
     if let Some(DaemonCommand::Man { out }) = &cli.command {

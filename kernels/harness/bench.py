@@ -38,7 +38,7 @@ from harness import profiling as prof  # noqa: E402
 from harness import timing  # noqa: E402
 from harness.candidate import ImportFailed, Rejected, load_candidate  # noqa: E402
 from harness.correctness import CheckFailure, run_battery  # noqa: E402
-from harness.evaluate import low_dtype, sync_fn, time_impls  # noqa: E402
+from harness.inprocess import low_dtype, sync_fn, time_impls  # noqa: E402
 from harness.taskload import load_task  # noqa: E402
 
 BENCH_TIMING = {"warmup_ms": 50, "min_reps": 30, "max_reps": 300, "target_noise_pct": 0.5}
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     rows = []
     for sname, shape in shape_list:
         roof = task.roofline(shape)
-        from harness.evaluate import probe_baseline
+        from harness.inprocess import probe_baseline
         ok_bl, bad_bl = [], {}
         for b, bfn in baselines:
             err = probe_baseline(task, bfn, shape, cpu)

@@ -100,6 +100,10 @@ def sm_clock_mhz() -> int | None:
     return _device_query(lambda nv, h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
 
 
+def mem_clock_mhz() -> int | None:
+    return _device_query(lambda nv, h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM))
+
+
 def max_sm_clock_mhz() -> int | None:
     return _device_query(lambda nv, h: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM))
 

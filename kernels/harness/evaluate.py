@@ -1,21 +1,33 @@
-"""One `evaluate` / `describe` request: load, check statically, check correctness, time, profile."""
+"""One `describe` / `evaluate` request, judged (PROCESS_MODEL.md): this process never imports
+candidate code. It checks the source statically, hands it to a fresh runner, makes every
+input, computes the references, compares the outputs in its own mapping of the shared slots,
+times the baselines itself (ABAB with the runner's batches) and decides the verdict.
+"""
 from __future__ import annotations
 
+import ast
 import math
+import os
+import random
 import time
+from pathlib import Path
 
 import torch
 
 from . import device as dev
 from . import profiling as prof
-from . import timing
-from .candidate import ImportFailed, Rejected, load_candidate
-from .correctness import (CheckFailure, FatalCudaError, alloc_poisoned, call_candidate, clone_inputs, compare,
-                          run_battery, unwritten_count)
+from . import runner_protocol as rp
+from . import static_check
+from .correctness import CheckFailure, FatalCudaError
+from .judge_battery import run_battery
+from .judge_timing import nslots, time_shape
+from .session import Phases, Session, failed
+from .spawn import Pool, RunnerDied
 from .taskload import TaskError, load_task
 
 DEFAULT_SEEDS = [11, 12, 13]
 DEFAULT_TIMING = {"warmup_ms": 25, "min_reps": 20, "max_reps": 200, "target_noise_pct": 1.0}
+POOL = Pool()   # the spare runner lives as long as this judge
 
 
 class RequestError(Exception):
@@ -28,7 +40,7 @@ def low_dtype(cpu: bool):
 
 
 def sync_fn(cpu: bool):
-    return (lambda: None) if cpu else timing._sync
+    return (lambda: None) if cpu else torch.cuda.synchronize
 
 
 def _result(cls, message=None, **kw):
@@ -36,22 +48,6 @@ def _result(cls, message=None, **kw):
          "speedup": None, "spread_pct": None, "shapes": [], "checks": [], "profile": None, "device": None}
     r.update(kw)
     return r
-
-
-def describe(req: dict) -> dict:
-    task = _task(req)
-    try:
-        cand = load_candidate(_path(req, "candidate"), task.banned_calls)
-    except Rejected as e:
-        return {"space": {}, "default": {}, "class": "rejected", "message": e.message, "rule": e.rule}
-    except ImportFailed as e:
-        return {"space": {}, "default": {}, "class": "error", "message": str(e)}
-    except FileNotFoundError as e:
-        raise RequestError(str(e))
-    if not callable(getattr(cand.module, task.entry, None)):
-        return {"space": cand.space, "default": cand.default, "class": "error",
-                "message": f"the candidate defines no function {task.entry!r} (the task's entry)"}
-    return {"space": cand.space, "default": cand.default, "class": "ok", "message": None}
 
 
 def _path(req, key):
@@ -68,110 +64,99 @@ def _task(req):
         raise RequestError(str(e))
 
 
-def time_shape(task, cand_fn, config, shape_name, shape, baselines: list, timing_cfg: dict, cpu: bool,
-               seed0: int = 1000) -> dict:
-    """Time the candidate and baselines [(name, fn)] on one shape, ABAB interleaved (see time_impls)."""
-    cands = [("candidate", cand_fn, config)] if cand_fn else []
-    res = time_impls(task, cands, baselines, shape_name, shape, timing_cfg, cpu, seed0)
-    res["late_check"] = res["late_checks"].get("candidate")
-    return res
-
-
-def time_impls(task, cands: list, baselines: list, shape_name, shape, timing_cfg: dict, cpu: bool,
-               seed0: int = 1000) -> dict:
-    """Time candidates [(name, fn, config)] and baselines [(name, fn)] interleaved on one shape.
-
-    Every side gets its own input contents (disjoint seeds, so no side can inherit another's
-    freed results), refreshed in place before every sample; candidates' outputs are re-poisoned
-    every sample. After timing, each candidate's last output is checked against the reference
-    for the contents it last saw. Returns {"sides": {name: stats}, "late_checks": {name: msg}, ...}.
-    """
-    device, dtype = dev.device_str(), low_dtype(cpu)
-    sync = sync_fn(cpu)
-    nvar = 2
-    sides, state = [], {}
-    impls = [(n, f, c, True) for n, f, c in cands] + [(n, f, None, False) for n, f in baselines]
-    for si, (name, fn, config, is_cand) in enumerate(impls):
-        variants = [task.make_inputs(shape, seed0 + 97 * si + v, device, dtype) for v in range(nvar)]
-        st = {"variants": variants, "buf": clone_inputs(variants[0]), "last": 0, "keep": []}
-        if is_cand:
-            st["out"] = alloc_poisoned(task.output_spec(shape, variants[0]), device)
-
-        def prep(rep, st=st):
-            v = rep % nvar
-            for k, x in st["variants"][v].items():
-                if isinstance(x, torch.Tensor):
-                    st["buf"][k].copy_(x)
-            for t in st.get("out", {}).values():
-                _repoison(t)
-            st["last"] = v
-
-        if is_cand:
-            def run(st=st, fn=fn, config=config):
-                fn(dict(st["buf"]), dict(st["out"]), config)
-        else:
-            def run(st=st, fn=fn):
-                # keep the two latest results alive: their blocks are never handed to another side
-                st["keep"].append(fn(**st["buf"]))
-                if len(st["keep"]) > 2:
-                    st["keep"].pop(0)
-        state[name] = st
-        sides.append(timing.Side(name, run, prep))
-    if timing_cfg.get("interleave", True):
-        res = timing.time_sides(sides, timing_cfg, gpu=not cpu)
-    else:  # one side after the other (to measure what interleaving buys)
-        res = None
-        for s in sides:
-            r1 = timing.time_sides([s], timing_cfg, gpu=not cpu)
-            if res is None:
-                res = r1
-            else:
-                res["sides"].update(r1["sides"])
-    sync()
-    late = {}
-    for name, fn, config, is_cand in impls:
-        if not is_cand:
-            continue
-        st = state[name]
-        ref = task.reference(clone_inputs(st["variants"][st["last"]]))
-        for oname, t in st["out"].items():
-            rel, mx, bad = compare(t, ref[oname])
-            if unwritten_count(t) or bad or not (rel <= task.rel_rmse and mx <= task.max_abs):
-                late[name] = (f"shape {shape_name}: the output of the last TIMED call is wrong (rel_rmse {rel:.3g}, "
-                              f"max_err {mx:.3g}, non-finite {bad}): the candidate behaves differently when timed")
-                break
-        del ref
-    for st in state.values():
-        st.clear()
-    res["late_checks"] = late
-    return res
-
-
-def probe_baseline(task, fn, shape, cpu) -> str | None:
-    """Run a baseline once; a failing baseline (a library missing in CPU mode, say) must not
-    fail the candidate's evaluation: it is timed without it and the error reported."""
+def _source(req) -> tuple[Path, str]:
+    p = Path(_path(req, "candidate")).resolve()
     try:
-        inputs = task.make_inputs(shape, 7, dev.device_str(), low_dtype(cpu))
-        fn(**inputs)
-        sync_fn(cpu)()
+        return p, p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise RequestError(f"cannot read candidate {p}: {e}")
+
+
+def _static(src: str, task):
+    """Violations, or None. KERNELD_UNSAFE_SKIP_STATIC_CHECKS=1 is for the harness's own fault suite."""
+    if os.environ.get("KERNELD_UNSAFE_SKIP_STATIC_CHECKS") == "1":
         return None
-    except Exception as e:
-        if not cpu and dev.is_fatal_cuda_error(e):
-            raise FatalCudaError(f"baseline: {type(e).__name__}: {e}")
-        return f"{type(e).__name__}: {str(e)[:300]}"
+    vs = static_check.check_source(src, task.banned_calls)
+    return vs or None
 
 
-def _repoison(t):
-    from .correctness import _POISON
-    if t.dtype in _POISON:
-        idt, bits = _POISON[t.dtype]
-        t.view(idt).fill_(bits)
-    elif t.dtype.is_floating_point:
-        t.fill_(float("nan"))
+def _literal_space(src: str):
+    """SPACE / DEFAULT when they are literals (they always are in practice): describe then needs
+    no runner. None when a runner must import the module to tell."""
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return None
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if name in ("SPACE", "DEFAULT"):
+                try:
+                    found[name] = ast.literal_eval(node.value)
+                except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                    return None
+    space = found.get("SPACE", {})
+    if not isinstance(space, dict) or not all(isinstance(v, (list, tuple)) and v for v in space.values()):
+        return None
+    default = found.get("DEFAULT")
+    if default is None:
+        default = {k: v[0] for k, v in space.items()}
+    if not isinstance(default, dict):
+        return None
+    return {k: list(v) for k, v in space.items()}, dict(default)
 
 
-def evaluate(req: dict) -> dict:
+def _defines(src: str, name: str) -> bool:
+    try:
+        return any(isinstance(n, ast.FunctionDef) and n.name == name for n in ast.parse(src).body)
+    except SyntaxError:
+        return False
+
+
+def describe(req: dict, pool: Pool | None = None) -> dict:
+    task = _task(req)
+    _, src = _source(req)
+    vs = _static(src, task)
+    if vs:
+        return {"space": {}, "default": {}, "class": "rejected", "message": static_check.format_violations(vs),
+                "rule": vs[0].rule}
+    lit = _literal_space(src)
+    if lit is not None and _defines(src, task.entry):
+        return {"space": lit[0], "default": lit[1], "class": "ok", "message": None}
+    # not literal: a runner imports it (and is thrown away, like every runner)
+    runner = (pool or POOL).take()
+    try:
+        runner.wait_ready()
+        (pool or POOL).prestart()
+        rep = runner.request(rp.Load(0, src, task.entry, {}, list(task.banned_calls), _allowed_aten(task)), 600)
+    except RunnerDied as e:
+        return {"space": {}, "default": {}, "class": "error", "message": f"runner: {e.message}"}
+    finally:
+        runner.kill()
+    if rep.failure:
+        return {"space": rep.space or {}, "default": rep.default or {}, "class": rep.failure.cls,
+                "message": rep.failure.message, "rule": rep.failure.rule}
+    return {"space": rep.space or {}, "default": rep.default or {}, "class": "ok", "message": None}
+
+
+def _allowed_aten(task) -> list:
+    v = task.raw.get("allowed_aten", [])
+    return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
+
+
+def _secret_seeds(rng, k, avoid) -> list[int]:
+    out = []
+    while len(out) < k:
+        s = rng.getrandbits(62)
+        if s not in avoid and s not in out:
+            out.append(s)
+    return out
+
+
+def evaluate(req: dict, pool: Pool | None = None) -> dict:
     t_start = time.perf_counter()
+    phases = Phases()
     task = _task(req)
     cpu = dev.cpu_mode()
     shapes = req.get("shapes")
@@ -192,90 +177,125 @@ def evaluate(req: dict) -> dict:
     timing_cfg = dict(DEFAULT_TIMING)
     if isinstance(req.get("timing"), dict):
         timing_cfg.update(req["timing"])
-    profile_req = req.get("profile", True)
-    want_profile = bool(profile_req)
+    retime = bool(req.get("retime", False))
+    profile_req = False if retime else req.get("profile", True)
     want_ncu = isinstance(profile_req, dict) and bool(profile_req.get("ncu"))
     config_req = req.get("config") or {}
     if not isinstance(config_req, dict):
         raise RequestError("`config` must be an object")
+    path, src = _source(req)
+    if retime:  # the wins that hold: timed shapes only, one correctness seed, no profile
+        checked, seeds = list(timed), seeds[:1]
 
     ran = {}
 
     def done(r):
         r.update(ran)
+        r["phases"] = phases.rounded()
         r["elapsed_s"] = round(time.perf_counter() - t_start, 3)
+        if retime:
+            r["retimed"] = True
         if r.get("device") is None and not cpu:
             r["device"] = dev.snapshot()
         return r
 
-    try:
-        cand = load_candidate(_path(req, "candidate"), task.banned_calls)
-    except Rejected as e:
-        return done(_result("rejected", e.message, rule=e.rule))
-    except ImportFailed as e:
-        return done(_result("error", str(e)))
-    except FileNotFoundError as e:
-        raise RequestError(str(e))
-    try:
-        config = cand.resolve_config(config_req)
-        fn = cand.entry(task.entry)
-    except (ValueError, ImportFailed) as e:
-        return done(_result("error", str(e)))
-    ran["config"] = config  # every result from here on names the full configuration run
+    with phases("static"):
+        vs = _static(src, task)
+    if vs:
+        return done(_result("rejected", static_check.format_violations(vs), rule=vs[0].rule))
 
+    pool = pool or POOL
+    with phases("runner_wait"):
+        runner = pool.take()
+        ready = None
+        try:
+            ready = runner.wait_ready()
+        except RunnerDied as e:
+            return done(_result("error", f"the runner did not start: {e.message}", rule="runner-start"))
+        finally:
+            pool.prestart()  # the next candidate's runner starts while this one works
+    phases.add("runner_start", runner.ready_s or 0.0)
+    ran["runner"] = {"pid": ready.pid, "sandbox": ready.sandbox}
+    rt = req.get("runner_timeout_s")
+    if rt is not None and (isinstance(rt, bool) or not isinstance(rt, (int, float)) or rt <= 0):
+        raise RequestError("`runner_timeout_s` must be a positive number of seconds")
+    sess = Session(runner, not cpu, phases, rt)
     device, dtype, sync = dev.device_str(), low_dtype(cpu), sync_fn(cpu)
+    rng = random.Random(int.from_bytes(os.urandom(16), "little"))
     checks: list[dict] = []
-    bad = timing.integrity_violations()  # patched at import time?
-    if bad:
-        return done(_integrity_result(bad, []))
     try:
-        checks = run_battery(task, fn, config, checked, seeds, device, dtype, sync)
-        bad = timing.integrity_violations()
-        if bad:
-            return done(_integrity_result(bad, checks))
-        # timing and profile
+        with phases("import"):
+            rep = runner.request(rp.Load(0, src, task.entry, config_req, list(task.banned_calls), _allowed_aten(task),
+                                         skip_flag_check=False), sess.first_timeout)
+        if rep.failure:
+            return done(_result(rep.failure.cls, rep.failure.message, rule=rep.failure.rule))
+        failed(rep)
+        config = rep.config or {}
+        ran["config"] = config
+        timed_names = {n for n, _ in timed}
+        sizes = {}
+
+        def nslots_for(name):
+            return sizes.get(name, 1)
+
+        for name, shape in timed:
+            sample = task.make_inputs(shape, seeds[0], device, dtype)
+            sizes[name] = nslots(task, shape, not cpu, sample)
+            del sample
+        checks = run_battery(sess, task, checked, seeds, device, dtype, sync, nslots_for)
         shape_rows, spreads, speedups = [], [], []
         disc, clocks, reasons = 0, [], set()
         baseline_error = None
+        avoid = set(seeds)
         for name, shape in timed:
-            bl = [(base_name, base_fn)]
-            err = probe_baseline(task, base_fn, shape, cpu)
+            assert name in timed_names
+            bl = (base_name, base_fn)
+            with phases("baseline"):
+                err = _probe_baseline(task, base_fn, shape, cpu)
             if err:
                 baseline_error = f"baseline {base_name!r} failed on shape {name}: {err}"
-                bl = []
-            res = time_shape(task, fn, config, name, shape, bl, timing_cfg, cpu)
-            if res["late_check"]:
-                return done(_result("wrong_result", res["late_check"], rule="timed-output", checks=checks))
-            c = res["sides"]["candidate"]
-            b = res["sides"].get(base_name) or {"median_us": None, "spread_pct": None, "discarded_samples": 0}
+                bl = None
+            secrets = _secret_seeds(rng, 5, avoid)
+            with phases("transfers"):
+                cand_vars = [task.make_inputs(shape, s, device, dtype) for s in secrets[:3]]
+                base_vars = [task.make_inputs(shape, s, device, dtype) for s in secrets[3:]] if bl else []
+            slots = sess.slots_for(task, name, shape, cand_vars[0], sizes[name])
+            res = time_shape(sess, task, slots, name, shape, bl, cand_vars, base_vars, timing_cfg, not cpu, rng,
+                             device, dtype)
+            del cand_vars, base_vars
+            c = res["candidate"]
+            b = res["baseline"] or {"median_us": None, "spread_pct": None}
             sp = b["median_us"] / c["median_us"] if c["median_us"] and b["median_us"] else None
             row = {"shape": name, "median_us": _r(c["median_us"]), "spread_pct": _r(c["spread_pct"]),
-                   "ci_pct": _r(c["ci_pct"]), "n": c["n"], "baseline_us": _r(b["median_us"]),
-                   "baseline_spread_pct": _r(b["spread_pct"]), "speedup": _r(sp, 4),
+                   "ci_pct": _r(c["ci_pct"]), "ci_low_us": _r(c.get("ci_low_us")), "ci_high_us": _r(c.get("ci_high_us")),
+                   "n": c["n"], "baseline_us": _r(b["median_us"]), "baseline_spread_pct": _r(b["spread_pct"]),
+                   "baseline_ci_pct": _r(b.get("ci_pct")), "speedup": _r(sp, 4),
                    "stream_us": _r(c["stream_median_us"]), "device_us": _r(c["device_median_us"]),
-                   "outlasted_stream": c["outlasted_stream"], "discarded_samples": c["discarded_samples"]}
+                   "outlasted_stream": c["outlasted_stream"], "discarded_samples": res["discarded"],
+                   "leaked_samples": res["leaked_samples"], "timed_outputs_checked": res["checked"],
+                   "hold_us": res["hold_us"], "calls_per_batch": res["calls_per_batch"], "batches": res["batches"],
+                   "timer_check": res["timer"]}
+            if res.get("trace") is not None:
+                row["trace"] = res["trace"]
             row.update(prof.roofline_figures(task.roofline(shape), c["median_us"]))
             shape_rows.append(row)
             spreads += [x for x in (c["spread_pct"], b["spread_pct"]) if x is not None]
             if sp:
                 speedups.append(sp)
-            disc += c["discarded_samples"] + b["discarded_samples"]
-            if res.get("sm_clock_mhz"):
-                clocks.append(res["sm_clock_mhz"])
-            reasons.update(res.get("throttle_reasons") or [])
-        bad = timing.integrity_violations()
-        if bad:
-            return done(_integrity_result(bad, checks))
+            disc += res["discarded"]
         profile = None
-        if want_profile:
-            profile = {"kernels": _kernels(task, cand, fn, config, timed, cpu), "ncu": None}
-            if want_ncu and not cpu:
-                profile["ncu"] = prof.ncu_summary(str(task.dir), str(cand.path), config, timed[0][0])
+        if profile_req:
+            with phases("profile"):
+                profile = {"kernels": _kernels(sess, task, timed, seeds, device, dtype), "ncu": None}
+                if want_ncu and not cpu and os.environ.get("KERNELD_RUNNER_LAUNCHER"):
+                    # ncu_run.py imports the candidate in a process of its own: never outside the sandbox
+                    profile["ncu"] = {"error": "ncu is off while runners are sandboxed (ncu_run.py would import "
+                                               "the candidate outside the runner)"}
+                elif want_ncu and not cpu:
+                    profile["ncu"] = prof.ncu_summary(str(task.dir), str(path), config, timed[0][0])
         devinfo = None
         if not cpu:
             devinfo = dev.snapshot()
-            devinfo["sm_clock_mhz"] = clocks[0] if clocks else devinfo["sm_clock_mhz"]
-            devinfo["throttle_reasons"] = sorted(reasons)
             devinfo["discarded_samples"] = disc
         geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
         return done(_result("ok", None, correct=True, speedup=_r(geo, 4), spread_pct=_r(max(spreads) if spreads else None),
@@ -284,25 +304,45 @@ def evaluate(req: dict) -> dict:
     except CheckFailure as e:
         rows = getattr(e, "rows", checks)
         return done(_result(e.cls, e.message, rule=e.rule, checks=rows, correct=False))
-    except FatalCudaError:
-        raise
+    except RunnerDied as e:
+        if e.kind == "protocol":
+            return done(_result("error", f"rejected runner output: {e.message}", rule="runner-protocol",
+                                checks=checks))
+        cls = "timed_out" if e.kind == "timed_out" else "crashed"
+        return done(_result(cls, f"the candidate's runner {'timed out' if cls == 'timed_out' else 'crashed'}: "
+                            f"{e.message}", rule=None, checks=checks, fatal_runner=e.fatal))
+    finally:
+        sess.close()
 
 
-def _integrity_result(bad: list, checks: list) -> dict:
-    return _result("rejected", f"rejected [timer] the candidate replaced {', '.join(bad)} (restored)",
-                   rule="timer", checks=checks)
-
-
-def _kernels(task, cand, fn, config, timed, cpu):
-    if cpu:
-        return prof.interpreted_kernels(cand.module)
-    name, shape = timed[0]
-    inputs = task.make_inputs(shape, 4242, "cuda", torch.bfloat16)
-    out = alloc_poisoned(task.output_spec(shape, inputs), "cuda")
+def _probe_baseline(task, fn, shape, cpu) -> str | None:
+    """Run a baseline once; a failing baseline (a library missing in CPU mode, say) must not
+    fail the candidate's evaluation: it is timed without it and the error reported."""
     try:
-        return prof.kernel_stats(cand.module, lambda: (fn(inputs, out, config), timing._sync()))
-    except Exception as e:  # profiling must never fail an evaluation
-        return [{"name": f"(kernel stats unavailable: {type(e).__name__}: {e})"}]
+        inputs = task.make_inputs(shape, 7, dev.device_str(), low_dtype(cpu))
+        fn(**inputs)
+        sync_fn(cpu)()
+        return None
+    except Exception as e:
+        if not cpu and dev.is_fatal_cuda_error(e):
+            raise FatalCudaError(f"baseline: {type(e).__name__}: {e}")
+        return f"{type(e).__name__}: {str(e)[:300]}"
+
+
+def _kernels(sess, task, timed, seeds, device, dtype):
+    name, shape = timed[0]
+    slots = sess.slots.get(name)
+    if slots is None:
+        return []
+    inputs = task.make_inputs(shape, 4242, device, dtype)
+    slots.fill(0, inputs)
+    slots.poison(0)
+    sess.use(slots)
+    try:
+        rep = sess.r.request(rp.Profile(0, slots.in_keys(0), slots.out_keys(0), dict(slots.scalars)), 300)
+    except RunnerDied as e:
+        return [{"name": f"(kernel stats unavailable: {e.message})"}]
+    return rep.kernels or []
 
 
 def _r(x, nd=3):

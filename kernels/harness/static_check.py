@@ -65,6 +65,59 @@ IO_TORCH_ATTRS = {"save", "load", "hub", "from_file", "fromfile", "tofile", "sav
                   "memmap", "DataLoader"}
 TRITON_ROOTS = ("triton.language", "tl")
 
+# -- the allow-list of attribute paths (defence in depth: the OS sandbox is the boundary) ---------
+# A path rooted at an imported module must be listed here ("*": any public name of that module
+# that is not itself a module outside ALLOWED_SUBMODULES). Everything else is rejected with the
+# rule of what it reaches (io / concurrency / introspection) or `allow-list`.
+_DTYPES = {"float16", "bfloat16", "float32", "float64", "float", "half", "double", "int8", "int16", "int32",
+           "int64", "int", "long", "short", "uint8", "bool", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+           "float8_e5m2fnuz", "complex64"}
+ALLOWED_PATHS = {
+    "torch": _DTYPES | {
+        "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
+        "arange", "tensor", "as_tensor", "Tensor", "Size", "dtype", "device", "finfo", "iinfo", "cat", "stack",
+        "where", "maximum", "minimum", "clamp", "abs", "sqrt", "rsqrt", "exp", "exp2", "log", "log2", "sigmoid",
+        "tanh", "sum", "amax", "amin", "max", "min", "mean", "round", "floor", "ceil", "sign", "isnan", "isinf",
+        "isfinite", "nan_to_num", "add", "sub", "mul", "div", "neg", "pow", "is_tensor", "numel", "no_grad",
+        "inference_mode", "cuda", "narrow", "split", "chunk", "flatten", "reshape", "transpose", "permute",
+        "squeeze", "unsqueeze", "broadcast_to", "allclose", "equal", "is_floating_point", "promote_types",
+        "result_type", "get_default_dtype"},
+    "torch.cuda": {"current_device", "get_device_properties", "get_device_capability", "device_count",
+                   "is_available", "synchronize", "OutOfMemoryError"},
+    "torch.Tensor": {"*"},
+    "triton": {"jit", "autotune", "Config", "cdiv", "next_power_of_2", "heuristics", "language", "constexpr", "experimental",
+               "__version__"},
+    "triton.language": {"*"},
+    "math": {"*"},
+    "numpy": _DTYPES | {"prod", "ceil", "floor", "log2", "sqrt", "pi", "e", "inf", "nan", "float32", "float16",
+                        "int32", "int64", "array", "asarray", "arange", "zeros", "ones", "cumsum", "ndarray", "dtype",
+                        "isclose", "allclose", "maximum", "minimum", "exp", "log", "abs", "round", "sum", "max", "min"},
+    "functools": {"lru_cache", "cache", "partial", "reduce", "wraps", "cached_property", "cmp_to_key"},
+    "typing": {"Any", "Optional", "Dict", "List", "Tuple", "Callable", "Union", "Sequence", "Mapping", "Iterable",
+               "Iterator", "Literal", "Final", "ClassVar", "NamedTuple", "TypeVar", "Set", "FrozenSet", "Type"},
+    "dataclasses": {"dataclass", "field", "fields", "replace", "asdict", "astuple"},
+}
+# Triton's own kernel languages, every submodule: what candidates are written in
+ALLOWED_MODULE_PREFIXES = ("triton.language.", "triton.experimental.gluon")
+ALLOWED_PATHS["triton.experimental"] = {"gluon"}
+ALLOWED_SUBMODULES = {"triton.experimental", "torch", "torch.cuda", "triton", "triton.language", "triton.language.math",
+                      "triton.language.extra", "triton.language.extra.cuda", "triton.language.extra.libdevice",
+                      "triton.language.extra.cuda.libdevice", "math", "numpy", "functools", "typing", "dataclasses"}
+# attribute names that reach the OS or the interpreter whatever object they hang off
+# (np.ndarray.ctypes, a module's os/sys, str.format reading attributes, typing's evaluator)
+REACH_ATTRS = {
+    "os": "io", "sys": "io", "subprocess": "concurrency", "socket": "io", "ctypes": "introspection",
+    "ctypeslib": "introspection", "builtins": "introspection", "_C": "introspection", "environ": "io",
+    "getenv": "io", "system": "io", "popen": "io", "Popen": "concurrency", "spawn": "concurrency",
+    "execv": "io", "execve": "io", "read_text": "io", "read_bytes": "io", "write_text": "io",
+    "write_bytes": "io", "load_library": "introspection", "cdll": "introspection", "CDLL": "introspection",
+    "dlopen": "introspection", "importlib": "banned-import", "import_module": "banned-import",
+    "get_type_hints": "introspection", "ForwardRef": "introspection", "mro": "introspection",
+    "format": "introspection", "format_map": "introspection", "shutil": "io", "pathlib": "io", "Path": "io",
+    "tempfile": "io", "pickle": "io", "marshal": "io", "mmap": "io", "signal": "io", "resource": "io",
+    "threading": "concurrency", "multiprocessing": "concurrency", "asyncio": "concurrency",
+}
+
 
 @dataclass
 class Violation:
@@ -164,7 +217,8 @@ class _Checker(ast.NodeVisitor):
                 return
         if is_module_root:
             last = parts[-1]
-            if root == "torch" and (last in TORCH_GLOBAL_SETTERS or "backends" in parts[1:]):
+            if root == "torch" and (last in TORCH_GLOBAL_SETTERS or last.startswith("set_") or "autocast" in last
+                                    or "backends" in parts[1:]):
                 self.add("introspection", node, f"uses {dotted} (PyTorch global state shared with the baseline)")
             elif root == "torch" and last in HEAVY_NAMES | self.banned_calls:
                 self.add("torch-heavy-math", node, f"calls {dotted} (PyTorch compute for the task's heavy math)")
@@ -176,11 +230,78 @@ class _Checker(ast.NodeVisitor):
                 self.add("io", node, f"uses {dotted} (file I/O)")
             elif any(p.startswith("_") and p not in ALLOWED_DUNDERS for p in parts[1:]):
                 self.add("introspection", node, f"private API {dotted}")
+            else:
+                self._allow_listed(node, dotted)
+
+    def _allow_listed(self, node, dotted: str):
+        """The allow-list of attribute paths: resolved on the real modules (this process imports
+        torch/triton anyway; getattr on a module runs none of the candidate's code)."""
+        parts = dotted.split(".")
+        if len(parts) == 1:
+            return
+        import importlib
+        import types
+        try:
+            obj = importlib.import_module(parts[0])
+        except ImportError:
+            return
+        mod_path = parts[0]
+        # what the path reaches names the rule (a.b.subprocess.run is `concurrency` wherever it fails)
+        reach = next((REACH_ATTRS[p] for p in parts[1:] if p in REACH_ATTRS), None)
+        for i, p in enumerate(parts[1:], start=1):
+            if not hasattr(obj, p) and isinstance(obj, types.ModuleType):
+                sub = f"{obj.__name__}.{p}"
+                if sub in ALLOWED_SUBMODULES or sub.startswith(ALLOWED_MODULE_PREFIXES):
+                    try:  # a subpackage nobody imported yet (triton.experimental.gluon)
+                        importlib.import_module(sub)
+                    except ImportError:
+                        pass
+            if not hasattr(obj, p):
+                self.add(reach or "allow-list", node, f"{dotted}: {'.'.join(parts[:i])} has no attribute {p!r} "
+                         f"(not on the allow-list of attribute paths)")
+                return
+            allowed = {"*"} if mod_path.startswith(ALLOWED_MODULE_PREFIXES) else ALLOWED_PATHS.get(mod_path)
+            if allowed is None or not ("*" in allowed or p in allowed):
+                nxt = getattr(obj, p, None)
+                if isinstance(nxt, types.ModuleType):
+                    top = nxt.__name__.split(".")[0]
+                    rule = reach or REACH_ATTRS.get(top) or ("torch-heavy-math" if top == "torch" else "io" if top in IO_MODULES
+                                                    else "concurrency"
+                                                    if top in CONCURRENCY_MODULES else "introspection"
+                                                    if top in INTROSPECTION_MODULES else "allow-list")
+                    self.add(rule, node, f"{dotted} reaches the module {nxt.__name__} (not on the allow-list of "
+                             f"attribute paths; files, processes, sockets and the interpreter are off limits)")
+                elif parts[0] in ("torch", "numpy") and callable(nxt):
+                    self.add("torch-heavy-math", node, f"calls {dotted}, which is not on the allow-list of PyTorch/"
+                             f"NumPy calls a candidate may make (allocation, views, copies, elementwise, small "
+                             f"reductions): the task's heavy math must be in Triton")
+                else:
+                    self.add("allow-list", node, f"{dotted} is not on the allow-list of attribute paths a candidate "
+                             f"may use (e.g. torch.empty, torch.float16, tl.*, triton.jit, triton.cdiv, math.*)")
+                return
+            obj = getattr(obj, p)
+            if isinstance(obj, types.ModuleType):
+                if obj.__name__ not in ALLOWED_SUBMODULES and not obj.__name__.startswith(ALLOWED_MODULE_PREFIXES):
+                    top = obj.__name__.split(".")[0]
+                    rule = reach or REACH_ATTRS.get(top) or ("torch-heavy-math" if top == "torch"
+                                                                           else "allow-list")
+                    self.add(rule, node, f"{dotted} reaches the module {obj.__name__} (not on the allow-list)")
+                    return
+                mod_path = obj.__name__
+            elif mod_path in ("torch", "numpy") and isinstance(obj, type):
+                mod_path = f"{mod_path}.{p}" if f"{mod_path}.{p}" in ALLOWED_PATHS else mod_path
+                if mod_path not in ALLOWED_PATHS:
+                    return
+            else:
+                return  # a function, a dtype, a class: what the candidate does with it is runtime's business
 
     def visit_Attribute(self, node):
         a = node.attr
         dotted = self._dotted(node)
-        if a.startswith("__") and a.endswith("__") and a not in ALLOWED_DUNDERS:
+        if a in REACH_ATTRS:
+            self.add(REACH_ATTRS[a], node, f"attribute .{a} (reaches the OS or the interpreter: files, processes, "
+                     f"sockets, native code or attribute reads through format strings)")
+        elif a.startswith("__") and a.endswith("__") and a not in ALLOWED_DUNDERS:
             self.add("introspection", node, f"dunder attribute .{a}")
         elif a in FRAME_ATTRS:
             self.add("introspection", node, f"frame/trace attribute .{a}")
@@ -266,12 +387,47 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def _visit_func(self, node):
+        if node.returns is not None:
+            self._annotation(node.returns)
         if node.name.startswith("__") and node.name.endswith("__") and node.name not in ALLOWED_DUNDERS:
             self.add("introspection", node, f"defines {node.name} (hooks into Python/PyTorch protocols)")
         self.generic_visit(node)
 
     visit_FunctionDef = _visit_func
     visit_AsyncFunctionDef = _visit_func
+
+    def visit_MatchClass(self, node):
+        # `case object(__globals__=g)` reads attributes by name: the builtins through a function
+        if node.kwd_attrs:
+            self.add("introspection", node, f"match class pattern reading attribute(s) {', '.join(node.kwd_attrs)} "
+                     f"(attribute access the rules cannot see)")
+        self.generic_visit(node)
+
+    def _annotation(self, ann):
+        if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+            try:
+                expr = ast.parse(ann.value, mode="eval").body
+            except SyntaxError:
+                self.add("introspection", ann, "a string annotation that is not an expression")
+                return
+            probe = expr
+            while isinstance(probe, ast.Attribute):
+                probe = probe.value
+            if not isinstance(probe, ast.Name):
+                self.add("introspection", ann, f"string annotation {ann.value[:60]!r} is code (typing evaluates "
+                         f"annotations with the module's builtins)")
+            else:
+                self.visit(expr)
+
+    def visit_arg(self, node):
+        if node.annotation is not None:
+            self._annotation(node.annotation)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node):
+        self._annotation(node.annotation)
+        self._check_target(node.target)
+        self.generic_visit(node)
 
     def visit_Await(self, node):
         self.add("concurrency", node, "await (async code)")
@@ -291,7 +447,7 @@ def check_source(src: str, banned_calls=(), extra_allowed_imports=None) -> list[
     seen, out = set(), []
     # on one line, name the most specific rule first
     prio = {r: i for i, r in enumerate(["syntax", "banned-import", "torch-heavy-math", "concurrency", "timer", "io",
-                                        "introspection"])}
+                                        "introspection", "allow-list"])}
     for v in sorted(c.v, key=lambda v: (v.line, prio.get(v.rule, 99))):
         key = (v.rule, v.line, v.message)
         if key not in seen:

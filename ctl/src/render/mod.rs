@@ -14,7 +14,7 @@ pub use crate::term::{
 };
 
 use kerneld_protocol::wire::{
-    BestSummary, GoalState, GoalSummary, GpusResult, Health, ResultClass,
+    BestSummary, GoalState, GoalSummary, GpusResult, Health, ResultClass, SandboxStatus,
 };
 
 // ---------------------------------------------------------------------------
@@ -347,6 +347,43 @@ pub fn gpus(result: &GpusResult, now_ms: u64, paint: Paint) -> String {
         &rows,
         paint,
     ));
+    if let Some(sb) = &result.sandbox {
+        out.push_str(&sandbox(sb, paint));
+    }
+    out
+}
+
+/// The evaluation sandbox: in force or not, what it restricts, what is missing.
+pub fn sandbox(sb: &SandboxStatus, paint: Paint) -> String {
+    let head = if sb.complete {
+        paint.paint("sandbox: in force", Some(Style::Green))
+    } else if sb.allow_unsandboxed {
+        paint.paint(
+            "sandbox: INCOMPLETE, and allow_unsandboxed = true: code-writing goals run anyway",
+            Some(Style::Red),
+        )
+    } else {
+        paint.paint(
+            "sandbox: INCOMPLETE: goals whose agent writes code are refused",
+            Some(Style::Red),
+        )
+    };
+    let mut out = format!(
+        "{head}
+"
+    );
+    for r in &sb.restricts {
+        out.push_str(&format!(
+            "  {r}
+"
+        ));
+    }
+    for p in &sb.problems {
+        out.push_str(&format!(
+            "  missing: {p}
+"
+        ));
+    }
     out
 }
 
@@ -519,6 +556,7 @@ mod tests {
                 evaluations: 5,
                 busy_s: 75.0,
             }],
+            sandbox: None,
         };
         let text = gpus(&result, 40_000, Paint::OFF);
         assert!(text.starts_with("mode: gpu\n"));

@@ -189,7 +189,10 @@ fn summary_fields(g: &GoalSummary) -> Vec<(&'static str, String)> {
     ];
     fields.push(("best", g.best.as_ref().map_or("none yet".into(), best_text)));
     if g.tokens > 0 {
-        fields.push(("tokens", format!("{} spent by the agent's endpoint", g.tokens)));
+        fields.push((
+            "tokens",
+            format!("{} spent by the agent's endpoint", g.tokens),
+        ));
     }
     if let Some(reason) = &g.reason {
         fields.push(("reason", reason.clone()));

@@ -19,6 +19,9 @@
 //! supplementary groups; HOME, USER and LOGNAME of that account), in a working directory
 //! handed over to that user; the files it leaves are read back without following links.
 //! Otherwise it runs as kerneld's user, which `goal::parse` allows only trusted requesters.
+//! Either way its environment is only `command_env` from kerneld.toml (default PATH, HOME,
+//! LANG), the KERNELD_* variables below and the account's HOME/USER/LOGNAME: never
+//! kerneld's API keys, NOTIFY_SOCKET or settings.
 
 use std::ffi::CString;
 use std::io::Read;
@@ -165,6 +168,14 @@ impl CommandAgent {
     ) -> anyhow::Result<bool> {
         let log = std::fs::File::create(dir.join("agent.log"))?;
         let mut command = Command::new(&self.argv[0]);
+        // Only the allow-listed variables of kerneld's environment (never its API keys,
+        // NOTIFY_SOCKET or settings), then the goal's own below.
+        command.env_clear();
+        for name in &self.env.command_env {
+            if let Some(v) = std::env::var_os(name) {
+                command.env(name, v);
+            }
+        }
         if let Some(user) = run_as {
             user.hand_over(dir)?;
             let (uid, gid, groups) = (user.uid, user.gid, user.groups.clone());
@@ -197,7 +208,6 @@ impl CommandAgent {
             .env("KERNELD_GOAL_NAME", &goal.spec.name)
             .env("KERNELD_ITERATION", iteration.to_string())
             .env("KERNELD_TASK_DIR", &goal.spec.task_dir)
-            .env_remove("NOTIFY_SOCKET")
             .process_group(0)
             .spawn()
             .with_context(|| match run_as {

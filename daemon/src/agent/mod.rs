@@ -163,6 +163,9 @@ pub struct AgentEnv {
     pub best_source: Option<String>,
     /// Cancelled when the goal is paused or cancelled, or the daemon stops.
     pub cancel: CancellationToken,
+    /// The names of kerneld's environment variables a `command` agent gets
+    /// (kerneld.toml `command_env`); everything else is withheld.
+    pub command_env: Vec<String>,
 }
 
 /// The agent a goal asks for.

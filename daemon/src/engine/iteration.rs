@@ -176,6 +176,7 @@ impl Engine {
                     work_root,
                     best_source,
                     cancel: cancel.clone(),
+                    command_env: self.config().command_env.clone(),
                 };
                 let next = proj.iteration + 1;
                 // Enqueue refuses this; goals logged before that rule (or an admin group

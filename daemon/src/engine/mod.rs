@@ -140,6 +140,8 @@ pub struct Engine {
     /// a scheduler that stops ticking stops the pings.
     on_tick: Mutex<Option<TickFn>>,
     started: Instant,
+    /// The evaluation sandbox as found at start (crate::sandbox).
+    pub(super) sandbox: crate::sandbox::Runtime,
 }
 
 /// What the scheduler calls on each tick, with a one-line status of the daemon.
@@ -185,6 +187,11 @@ impl Engine {
             map.insert(proj.id.clone(), GoalRt::new(proj));
         }
         let (events, _) = broadcast::channel(4096);
+        let sandbox = {
+            let cfg = cfg.clone();
+            tokio::task::spawn_blocking(move || crate::sandbox::Runtime::detect(&cfg)).await?
+        };
+        sandbox.log();
         let engine = Arc::new(Engine {
             cfg: std::sync::RwLock::new(cfg),
             store,
@@ -198,6 +205,7 @@ impl Engine {
             fatal_reason: Mutex::new(None),
             on_tick: Mutex::new(None),
             started: Instant::now(),
+            sandbox,
         });
         let mode = engine.devices.mode().to_string();
         // The log's last event is the last moment this daemon is known to have been alive
@@ -278,7 +286,8 @@ impl Engine {
             worker_max_address_space_cpu,
             admin_group,
             llm_keys,
-            max_attempts
+            max_attempts,
+            command_env
         );
         macro_rules! restart_only {
             ($($field:ident),*) => {$(
@@ -287,7 +296,7 @@ impl Engine {
                 }
             )*};
         }
-        restart_only!(state_dir, socket, gpu_allow, force_cpu, spool_dir);
+        restart_only!(state_dir, socket, gpu_allow, force_cpu, spool_dir, sandbox);
         changed
     }
 

@@ -54,11 +54,6 @@ impl Engine {
         WorkerSpec {
             python: self.config().python.clone(),
             script: self.config().worker_script(),
-            gpu_uuid: if info.is_gpu {
-                Some(info.uuid.clone())
-            } else {
-                None
-            },
             max_files: self.config().worker_max_files,
             max_address_space: if info.is_gpu {
                 0
@@ -66,6 +61,7 @@ impl Engine {
                 self.config().worker_max_address_space_cpu
             },
             start_timeout: self.config().worker_start_timeout,
+            sandbox: self.sandbox.worker(&self.config(), slot, &info),
         }
     }
 
@@ -145,6 +141,8 @@ impl Engine {
         };
         let devices = self.devices.clone();
         let readings = tokio::task::spawn_blocking(move || {
+            // The judge's runners are its children (in sessions of their own): ours too.
+            let ours = crate::harness::with_descendants(&ours);
             uuids
                 .into_iter()
                 .map(|(i, u, h, cool)| {

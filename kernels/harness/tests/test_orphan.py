@@ -28,21 +28,47 @@ def alive(pid: int) -> bool:
 
 
 def cpu_ticks(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
-def wait_spinning(pid: int, limit_s: float = 120.0) -> None:
-    """Waits until the candidate's endless loop is surely running: the worker has burnt
-    1.5 s of CPU since the request (setting up takes a fraction of that), however loaded
-    the machine is."""
+def descendants(pid: int) -> set[int]:
+    """Every live process below pid (the judge's runners and whatever they started)."""
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    out, todo = set(), [pid]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def wait_spinning(pid: int, limit_s: float = 120.0) -> set[int]:
+    """Waits until the candidate's endless loop is surely running: one of the judge's runners
+    has burnt 1.5 s of CPU since the request (setting up takes a fraction of that), however
+    loaded the machine is. Returns the judge's descendants at that moment."""
     t0 = time.time()
-    start = cpu_ticks(pid)
+    start: dict[int, int] = {}
     while time.time() - t0 < limit_s:
         time.sleep(0.2)
-        if cpu_ticks(pid) - start >= 150:
-            return
+        kids = descendants(pid)
+        for k in kids:
+            start.setdefault(k, cpu_ticks(k))
+            if cpu_ticks(k) - start[k] >= 150:
+                return kids
     raise AssertionError("the hanging candidate never started")
 
 
@@ -59,14 +85,16 @@ def test_stdin_eof_ends_a_worker_stuck_in_a_python_loop():
     w = Worker(cwd="/tmp")
     try:
         w.send_raw((json.dumps(HANG_REQUEST) + "\n").encode())
-        wait_spinning(w.p.pid)
+        runners = wait_spinning(w.p.pid)
         assert w.p.poll() is None
         w.p.stdin.close()
         t0 = time.time()
         code = w.p.wait(timeout=2.0)
         print(f"exited {time.time() - t0:.2f} s after stdin closed, status {code}")
-        # it killed its own group, itself included
+        # it killed its own group, itself included, and its runners' groups
         assert code == -signal.SIGKILL
+        for r in runners:
+            gone_within(r, 2.0)
     finally:
         if w.p.poll() is None:
             w.p.kill()
@@ -97,10 +125,12 @@ def test_parent_death_ends_the_worker_while_stdin_stays_open():
         assert ready["event"] == "ready", ready
         worker_pid = ready["pid"]
         os.write(write_end, (json.dumps(HANG_REQUEST) + "\n").encode())
-        wait_spinning(worker_pid)
+        runners = wait_spinning(worker_pid)
         parent.kill()
         parent.wait()
         took = gone_within(worker_pid, 2.0)
+        for r in runners:
+            gone_within(r, 2.0)
         print(f"worker gone {took:.2f} s after its parent was killed")
     finally:
         os.close(write_end)

@@ -69,3 +69,33 @@ def test_line_numbers_and_message():
 
 def test_syntax_error():
     assert rules("def f(:\n")[0][0] == "syntax"
+
+
+@pytest.mark.parametrize("src,rule", [
+    ("import torch\nx = torch.os.environ", "io"),
+    ("import numpy as np\nlib = np.ctypeslib", "introspection"),
+    ("import triton\ntriton.runtime.build.subprocess.run(['id'])", "concurrency"),
+    ("import numpy as np\nnp.testing.socket.create_connection(('127.0.0.1', 1))", "io"),
+    ("import torch\nt = torch.empty(1)\nt.numpy().ctypes.data", "introspection"),
+    ("import typing\ndef f(x: \"__import__('os')\"):\n    pass\ntyping.get_type_hints(f)", "introspection"),
+    ("def f(g):\n    match g:\n        case object(__globals__=x):\n            pass", "introspection"),
+    ("def f(g):\n    return '{0.__globals__}'.format(g)", "introspection"),
+    ("import torch\nx = torch.conv_tbc", "torch-heavy-math"),
+    ("import torch\nx = torch.nn.functional.embedding_bag", "torch-heavy-math"),
+    ("import torch\ntorch.set_autocast_enabled(True)", "introspection"),
+    ("import triton\nx = triton.knobs", "allow-list"),
+])
+def test_allow_list_rejects(src, rule):
+    found = rules(src)
+    assert found and found[0][0] == rule, found
+
+
+@pytest.mark.parametrize("src", [
+    "import torch\nx = torch.empty((2, 2), dtype=torch.bfloat16, device='cuda')",
+    "import triton\nimport triton.language as tl\n@triton.jit\ndef k(x, B: tl.constexpr):\n    tl.store(x, tl.zeros((B,), tl.float32))",
+    "from triton.experimental import gluon\nfrom triton.experimental.gluon import language as gl\nL = gl.BlockedLayout",
+    "import math\nx = math.ceil(math.log2(7))",
+    "import torch\np = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count",
+])
+def test_allow_list_accepts(src):
+    assert rules(src) == []

@@ -50,6 +50,8 @@ def test_ready_line(worker):
     assert r["event"] == "ready" and r["mode"] == "cpu" and r["device"] is None
     assert r["pid"] == worker.p.pid
     assert r["torch"].startswith("2.") and r["triton"]
+    # the judge: same-uid processes (its runners) cannot read its memory or environment
+    assert r["role"] == "judge" and r["nondumpable"] is True and r["runner_launcher"] is False
 
 
 def test_describe(worker):

@@ -195,6 +195,45 @@ pub struct VersionResult {
     pub state_dir: String,
     /// The last sequence number in the log.
     pub last_seq: u64,
+    /// What confines candidate code (daemon/src/sandbox); absent from older daemons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxStatus>,
+}
+
+/// What `kerneld-sandbox --probe` prints: what the kernel and process can enforce.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxProbe {
+    /// The kernel's Landlock ABI version; 0 when Landlock is absent or disabled.
+    pub landlock_abi: i64,
+    pub landlock_fs: bool,
+    pub landlock_net: bool,
+    pub landlock_scope: bool,
+    pub seccomp: bool,
+    pub no_new_privs: bool,
+    /// Root, or CAP_SETUID and CAP_SETGID in the effective set.
+    pub can_setuid: bool,
+    #[serde(default)]
+    pub kernel: String,
+}
+
+/// The evaluation sandbox as the daemon found it at start (`version`, `gpus`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SandboxStatus {
+    /// Everything the policy needs is in force.
+    pub complete: bool,
+    /// kerneld.toml's `allow_unsandboxed`: goals whose agent writes code run even when
+    /// the sandbox is incomplete.
+    pub allow_unsandboxed: bool,
+    /// The uid runners run as, and its name; the daemon's own for a user daemon.
+    pub runner_uid: u32,
+    pub runner_user: String,
+    /// The probe's findings; None when `kerneld-sandbox` could not be run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<SandboxProbe>,
+    /// What is restricted, one line each, for people.
+    pub restricts: Vec<String>,
+    /// What is missing; empty when complete.
+    pub problems: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -277,4 +316,7 @@ pub struct GpusResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     pub devices: Vec<GpuStatus>,
+    /// What confines candidate code on these devices; absent from older daemons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxStatus>,
 }

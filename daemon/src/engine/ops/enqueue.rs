@@ -23,6 +23,7 @@ impl Engine {
             files: params.files,
             llm_keys: self.config().llm_keys.clone(),
         };
+        let sent_seeds = !requester.files.is_empty();
         let (path, source) = (params.path, params.source);
         let spec = tokio::task::spawn_blocking(move || {
             crate::goal::parse(&path, &source, &kernels, &requester)
@@ -30,6 +31,9 @@ impl Engine {
         .await
         .map_err(internal)?
         .map_err(|e| rpc_err(code::INVALID_GOAL, e.to_string()))?;
+        self.sandbox
+            .admit(spec.agent.kind().as_str(), sent_seeds)
+            .map_err(|e| rpc_err(code::PERMISSION_DENIED, e))?;
         let guard = self.commit_lock.lock().await;
         if params.unique {
             let st = self.state.lock().unwrap();

@@ -27,6 +27,7 @@ impl Engine {
             mode: self.devices.mode().into(),
             note: self.devices.note(),
             devices,
+            sandbox: Some(self.sandbox.status()),
         }
     }
 }

@@ -11,6 +11,7 @@ impl Engine {
             mode: self.devices.mode().into(),
             state_dir: self.config().state_dir.display().to_string(),
             last_seq: self.store.last_seq().map_err(internal)?,
+            sandbox: Some(self.sandbox.status()),
         })
     }
 }

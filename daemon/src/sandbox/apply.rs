@@ -1,0 +1,404 @@
+//! Applying the restrictions of `kerneld-sandbox`, in the order PROCESS_MODEL.md fixes:
+//! rlimits, core dumps off, groups/gid/uid, no_new_privs, Landlock, seccomp, then execve
+//! with exactly the `--env` environment. Every step either holds or is an error that
+//! names it (the binary exits 125 and nothing runs), unless `--best-effort` lets a
+//! feature the kernel lacks go (a uid switch never goes: running as the wrong user is
+//! worse than not running).
+
+use std::collections::BTreeMap;
+use std::ffi::{CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+};
+use seccompiler::{
+    SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+    TargetArch,
+};
+
+use super::options::Options;
+
+/// The Landlock ABI whose rights the sandbox asks for: 6 has everything it uses
+/// (IOCTL_DEV from 5, TCP rules from 4, signal and abstract-socket scoping from 6).
+const TARGET_ABI: ABI = ABI::V6;
+
+/// A step that could not be applied.
+#[derive(Debug)]
+pub struct SetupError {
+    pub step: &'static str,
+    pub message: String,
+}
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "kerneld-sandbox: {}: {}", self.step, self.message)
+    }
+}
+
+fn fail<T>(step: &'static str, message: impl Into<String>) -> Result<T, SetupError> {
+    Err(SetupError {
+        step,
+        message: message.into(),
+    })
+}
+
+/// What could not be enforced under `--best-effort` (said on stderr before the program runs).
+pub type Warnings = Vec<String>;
+
+/// Applies everything and execs the program; returns only on failure.
+pub fn apply_and_exec(o: &Options) -> SetupError {
+    let mut warnings = Warnings::new();
+    match apply(o, &mut warnings) {
+        Ok(()) => {}
+        Err(e) => return e,
+    }
+    for w in &warnings {
+        eprintln!("kerneld-sandbox: warning (--best-effort): {w}");
+    }
+    exec(o)
+}
+
+fn apply(o: &Options, warnings: &mut Warnings) -> Result<(), SetupError> {
+    // Open every path first, with the caller's rights: after the uid switch the runner
+    // user may not even traverse the directories above them.
+    let rules = open_rules(o)?;
+    limits(o)?;
+    switch_user(o)?;
+    // SAFETY: plain prctl calls with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return fail("no_new_privs", std::io::Error::last_os_error().to_string());
+    }
+    landlock(o, rules, warnings)?;
+    seccomp(o, warnings)?;
+    Ok(())
+}
+
+/// Landlock's rights for each kind of path option.
+fn rights(kind: &str) -> BitFlags<AccessFs> {
+    // Not `AccessFs::from_read`: that includes Execute.
+    let read = AccessFs::ReadFile | AccessFs::ReadDir;
+    match kind {
+        "ro" => read,
+        "exec" => read | AccessFs::Execute,
+        // Everything but executing what was written and ioctl on devices: a runner
+        // cannot plant a program for itself or for a later runner.
+        "rw" => AccessFs::from_all(TARGET_ABI) & !AccessFs::Execute & !AccessFs::IoctlDev,
+        "dev" => AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev,
+        _ => unreachable!("rights of an unknown kind {kind}"),
+    }
+}
+
+struct Rule {
+    fd: PathFd,
+    access: BitFlags<AccessFs>,
+}
+
+fn open_rules(o: &Options) -> Result<Vec<Rule>, SetupError> {
+    let mut rules = Vec::new();
+    for (kind, paths) in o.paths() {
+        for p in paths {
+            let meta = std::fs::metadata(p)
+                .or_else(|e| fail("landlock", format!("--{kind} {}: {e}", p.display())))?;
+            let fd = PathFd::new(p)
+                .or_else(|e| fail("landlock", format!("--{kind} {}: {e}", p.display())))?;
+            let mut access = rights(kind);
+            if !meta.is_dir() {
+                // Rights on a file are the file rights only (Landlock refuses the others).
+                access &= AccessFs::from_file(TARGET_ABI);
+            }
+            rules.push(Rule { fd, access });
+        }
+    }
+    Ok(rules)
+}
+
+fn limits(o: &Options) -> Result<(), SetupError> {
+    use nix::sys::resource::{setrlimit, Resource};
+    let set = |res: Resource, name: &str, v: u64| {
+        setrlimit(res, v, v).or_else(|e| fail("rlimits", format!("{name}={v}: {e}")))
+    };
+    if let Some(n) = o.nofile {
+        set(Resource::RLIMIT_NOFILE, "nofile", n)?;
+    }
+    if let Some(n) = o.nproc {
+        set(Resource::RLIMIT_NPROC, "nproc", n)?;
+    }
+    if let Some(n) = o.as_bytes {
+        set(Resource::RLIMIT_AS, "as-bytes", n)?;
+    }
+    set(Resource::RLIMIT_CORE, "core", 0)?;
+    Ok(())
+}
+
+/// setgroups([]) + gid + uid (all three ids each), then no capability survives exec.
+fn switch_user(o: &Options) -> Result<(), SetupError> {
+    use nix::unistd::{getgid, getgroups, getuid, setgroups, setresgid, setresuid, Gid, Uid};
+    if let (Some(uid), Some(gid)) = (o.uid, o.gid) {
+        let (uid, gid) = (Uid::from_raw(uid), Gid::from_raw(gid));
+        if super::probe::can_setuid() {
+            setgroups(&[]).or_else(|e| fail("setgroups", format!("clearing the groups: {e}")))?;
+            setresgid(gid, gid, gid).or_else(|e| fail("setgid", format!("gid {gid}: {e}")))?;
+            setresuid(uid, uid, uid).or_else(|e| fail("setuid", format!("uid {uid}: {e}")))?;
+        } else if getuid() != uid || getgid() != gid {
+            return fail(
+                "setuid",
+                format!(
+                    "switching to uid {uid} gid {gid} needs root (or CAP_SETUID and CAP_SETGID); \
+                     this process is uid {} gid {}",
+                    getuid(),
+                    getgid()
+                ),
+            );
+        } else if getgroups()
+            .map(|g| g.iter().any(|g| *g != gid))
+            .unwrap_or(true)
+        {
+            return fail(
+                "setgroups",
+                "already uid/gid as asked but holding supplementary groups that cannot be \
+                 dropped without CAP_SETGID",
+            );
+        }
+        if nix::unistd::geteuid() != uid {
+            return fail(
+                "setuid",
+                format!("still euid {} after the switch", nix::unistd::geteuid()),
+            );
+        }
+    }
+    drop_capabilities()
+}
+
+/// The program gets no capability, whatever uid it runs as: not the ambient ones a
+/// daemon may have from systemd (they would survive exec), and not root's (a root
+/// program without them cannot read a non-dumpable process's memory or environment,
+/// override file permissions or switch users). no_new_privs then keeps exec from
+/// granting any back.
+fn drop_capabilities() -> Result<(), SetupError> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    // SAFETY: prctl with integer arguments; capset reads a valid header and two data words.
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
+        libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0);
+        // The bounding set needs CAP_SETPCAP; without it there is nothing to drop from.
+        for cap in 0..64 {
+            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+        }
+        let header = Header {
+            version: LINUX_CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let data = [Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        }; 2];
+        if libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) != 0 {
+            return fail("capabilities", std::io::Error::last_os_error().to_string());
+        }
+    }
+    Ok(())
+}
+
+fn landlock(o: &Options, rules: Vec<Rule>, warnings: &mut Warnings) -> Result<(), SetupError> {
+    let level = if o.best_effort {
+        CompatLevel::BestEffort
+    } else {
+        CompatLevel::HardRequirement
+    };
+    let err = |e: landlock::RulesetError| SetupError {
+        step: "landlock",
+        message: format!(
+            "{e} (the kernel needs Landlock ABI >= 6: Linux 6.12+ with `landlock` in the lsm= \
+             list; --best-effort runs with what it has)"
+        ),
+    };
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(level)
+        .handle_access(AccessFs::from_all(TARGET_ABI))
+        .map_err(err)?
+        .scope(Scope::from_all(TARGET_ABI))
+        .map_err(err)?;
+    if o.no_net {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(TARGET_ABI))
+            .map_err(err)?;
+    }
+    let mut created = ruleset.create().map_err(err)?.no_new_privs(true);
+    for r in rules {
+        created = created
+            .add_rule(PathBeneath::new(r.fd, r.access))
+            .map_err(err)?;
+    }
+    let status = created.restrict_self().map_err(err)?;
+    match status.ruleset {
+        RulesetStatus::FullyEnforced => Ok(()),
+        other if o.best_effort => {
+            warnings.push(format!("Landlock is {other:?} on this kernel"));
+            Ok(())
+        }
+        other => fail("landlock", format!("the ruleset is only {other:?}")),
+    }
+}
+
+/// The seccomp filter: EPERM for ptrace and reading/writing other processes' memory, for
+/// io_uring (its socket and connect operations would pass the socket rules), and under
+/// --no-net for socket() of any family but AF_UNIX/AF_NETLINK (AF_UNIX too with --no-unix).
+pub fn seccomp_rules(o: &Options) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for nr in [
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+    ] {
+        rules.insert(nr, vec![]);
+    }
+    if o.no_net || o.no_unix {
+        let mut allowed = vec![libc::AF_NETLINK];
+        if !o.no_unix {
+            allowed.push(libc::AF_UNIX);
+        }
+        if !o.no_net {
+            // Only --no-unix: deny exactly AF_UNIX.
+            let c = SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Eq,
+                libc::AF_UNIX as u64,
+            )
+            .map_err(|e| e.to_string())?;
+            rules.insert(
+                libc::SYS_socket,
+                vec![SeccompRule::new(vec![c]).map_err(|e| e.to_string())?],
+            );
+        } else {
+            let conds = allowed
+                .iter()
+                .map(|af| {
+                    SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *af as u64)
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
+            rules.insert(
+                libc::SYS_socket,
+                vec![SeccompRule::new(conds).map_err(|e| e.to_string())?],
+            );
+        }
+    }
+    Ok(rules)
+}
+
+fn seccomp(o: &Options, warnings: &mut Warnings) -> Result<(), SetupError> {
+    let build = || -> Result<seccompiler::BpfProgram, String> {
+        let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
+        let filter = SeccompFilter::new(
+            seccomp_rules(o)?,
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::EPERM as u32),
+            arch,
+        )
+        .map_err(|e| e.to_string())?;
+        filter
+            .try_into()
+            .map_err(|e: seccompiler::BackendError| e.to_string())
+    };
+    let result =
+        build().and_then(|prog| seccompiler::apply_filter(&prog).map_err(|e| e.to_string()));
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) if o.best_effort => {
+            warnings.push(format!("no seccomp filter: {e}"));
+            Ok(())
+        }
+        Err(e) => fail("seccomp", e),
+    }
+}
+
+/// The program, found on the `--env` PATH when it has no slash.
+fn resolve(program: &OsStr, env: &[(String, String)]) -> Option<PathBuf> {
+    let p = Path::new(program);
+    if program.as_bytes().contains(&b'/') {
+        return Some(p.to_path_buf());
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())?;
+    path.split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(p))
+        .find(|c| c.is_file())
+}
+
+fn exec(o: &Options) -> SetupError {
+    let Some(path) = resolve(&o.program[0], &o.env) else {
+        return SetupError {
+            step: "exec",
+            message: format!(
+                "{} not found (no slash, and not on the --env PATH)",
+                o.program[0].to_string_lossy()
+            ),
+        };
+    };
+    let cstr = |b: &[u8]| CString::new(b.to_vec());
+    let built = (|| -> Result<_, std::ffi::NulError> {
+        let prog = cstr(path.as_os_str().as_bytes())?;
+        let argv = o
+            .program
+            .iter()
+            .map(|a| cstr(a.as_bytes()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let envp = o
+            .env
+            .iter()
+            .map(|(k, v)| cstr(format!("{k}={v}").as_bytes()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((prog, argv, envp))
+    })();
+    let (prog, argv, envp) = match built {
+        Ok(t) => t,
+        Err(e) => {
+            return SetupError {
+                step: "exec",
+                message: format!("an argument holds a NUL byte: {e}"),
+            }
+        }
+    };
+    let e = nix::unistd::execve(&prog, &argv, &envp).unwrap_err();
+    SetupError {
+        step: "exec",
+        message: format!(
+            "{}: {e}{}",
+            path.display(),
+            if e == nix::errno::Errno::EACCES {
+                " (is it beneath an --exec path?)"
+            } else {
+                ""
+            }
+        ),
+    }
+}

@@ -1,0 +1,20 @@
+//! The operating system as the boundary around candidate code (issue #10).
+//!
+//! - `options`: the command line of `kerneld-sandbox`, parsed and written in one place;
+//! - `apply`: what the binary does with it (rlimits, uid, no_new_privs, Landlock, seccomp, exec);
+//! - `probe`: what the kernel can enforce (`kerneld-sandbox --probe`);
+//! - `policy`: the daemon's side: which paths, devices and variables the judge and the
+//!   runners get, as `kerneld-sandbox` arguments.
+//!
+//! The trust boundaries are drawn in ARCHITECTURE.md ("Processes and trust boundaries").
+
+pub mod apply;
+pub mod inbox;
+pub mod options;
+pub mod policy;
+pub mod probe;
+pub mod runtime;
+
+pub use options::Options;
+pub use probe::Probe;
+pub use runtime::{Runtime, WorkerSandbox};

@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""A one-shot runner (PROCESS_MODEL.md): imports ONE candidate and runs what the judge asks.
+
+    python3 -u kernels/harness/runner.py     # started by the judge, never by hand
+
+Untrusted once the candidate is imported: everything it replies is checked by the judge,
+which reads the outputs from its own mapping of the shared arena and times from outside.
+Before the candidate: torch, triton and CUDA are initialised, the ready line is printed.
+The audit (an allow-list of ATen ops) wraps EVERY candidate call, timed ones included.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import time
+
+EXIT_FATAL_CUDA = 3
+
+
+def main() -> int:
+    here = os.path.dirname(os.path.abspath(__file__))
+    kernels_dir = os.path.dirname(here)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    if kernels_dir not in sys.path:
+        sys.path.insert(0, kernels_dir)
+    from harness import proc
+    proc._watch_for_orphaning(sys.stdin.fileno() if sys.stdin is not None else None)
+    proto = proc._protocol_stream()
+
+    import platform
+
+    import torch
+    import triton
+
+    from harness import device as dev
+    from harness import runner_protocol as rp
+
+    def send(obj):
+        proto.write(rp.encode(obj) + "\n")
+        proto.flush()
+
+    cpu = dev.cpu_mode()
+    if not cpu:
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
+    sandbox = os.environ.get("KERNELD_SANDBOX_INFO") or None
+    send({"event": "ready", "pid": os.getpid(), "mode": "cpu" if cpu else "gpu", "torch": torch.__version__,
+          "triton": triton.__version__, "python": platform.python_version(), "sandbox": sandbox})
+    state = _State(cpu)
+    for raw in sys.stdin.buffer:
+        if not raw.strip():
+            continue
+        try:
+            req = rp.parse_request(raw)
+        except rp.ProtocolError as e:
+            send({"id": -1, "ok": False, "error": f"bad request: {e}"})
+            continue
+        try:
+            out = state.handle(req)
+        except _Fatal as e:
+            send(rp.reply(req.id, False, rp.Failure("crashed", f"CUDA context poisoned: {e}"[:4000], None, True)))
+            return EXIT_FATAL_CUDA
+        except Exception as e:  # a harness-side problem in the runner: report it, stay up
+            send(rp.reply(req.id, False, error=f"runner: {type(e).__name__}: {str(e)[:2000]}"))
+            continue
+        send(out)
+        if req.op == "exit":
+            return 0
+    return 0
+
+
+class _Fatal(Exception):
+    pass
+
+
+class _State:
+    def __init__(self, cpu: bool):
+        self.cpu = cpu
+        self.fn = None
+        self.config = None
+        self.arena = None
+        self.audit_args = ((), ())
+        self.loaded = False
+        self.skip_flags = False
+
+    def handle(self, req):
+        from harness import runner_protocol as rp
+        op = req.op
+        if op == "ping":
+            return rp.reply(req.id)
+        if op == "exit":
+            return rp.reply(req.id)
+        if op == "load":
+            return self.load(req)
+        if op == "map":
+            return self.map(req)
+        if self.fn is None:
+            return rp.reply(req.id, False, error="no candidate loaded")
+        if op == "call":
+            return self.call(req)
+        if op == "time":
+            return self.time(req)
+        if op == "profile":
+            return self.profile(req)
+        return rp.reply(req.id, False, error=f"unhandled op {op}")
+
+    # -- load: the one candidate -----------------------------------------------------------------
+    def load(self, req):
+        from harness import runner_protocol as rp
+        from harness import timing
+        if self.loaded:
+            return rp.reply(req.id, False, error="a runner loads exactly one candidate")
+        self.loaded = True
+        self.audit_args = (tuple(req.allowed_aten), tuple(req.banned_aten))
+        self.skip_flags = req.skip_flag_check
+        sha = hashlib.sha256(req.source.encode()).hexdigest()[:16]
+        scratch = os.environ.get("KERNELD_RUNNER_SCRATCH") or os.environ.get("TMPDIR") or "/tmp"
+        path = os.path.join(scratch, f"cand_{sha}.py")
+        with open(path, "w") as f:
+            f.write(req.source)
+        modname = f"kerneld_cand_{sha}"
+        spec = importlib.util.spec_from_file_location(modname, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = mod  # triton.jit looks the module up by name
+        flags = timing._torch_flags()
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException as e:  # SystemExit at import is a result too
+            return rp.reply(req.id, False, rp.Failure("error", f"importing the candidate failed: {type(e).__name__}: {e}"))
+        changed = timing.flag_changes(flags)
+        if changed and not self.skip_flags:
+            return rp.reply(req.id, False, rp.Failure(
+                "rejected", f"rejected [introspection] importing the candidate changed PyTorch global state "
+                f"({', '.join(changed)})", "introspection"))
+        bad = timing.integrity_violations()
+        if bad:
+            return rp.reply(req.id, False, rp.Failure(
+                "rejected", f"rejected [timer] importing the candidate replaced {', '.join(bad)}", "timer"))
+        space = getattr(mod, "SPACE", {}) or {}
+        if not isinstance(space, dict) or not all(isinstance(v, (list, tuple)) and v for v in space.values()):
+            return rp.reply(req.id, False, rp.Failure("error", "SPACE must be a dict of non-empty lists"))
+        default = getattr(mod, "DEFAULT", None)
+        if default is None:
+            default = {k: v[0] for k, v in space.items()}
+        try:
+            space = json.loads(json.dumps({k: list(v) for k, v in space.items()}))
+            default = json.loads(json.dumps(dict(default)))
+        except (TypeError, ValueError) as e:
+            return rp.reply(req.id, False, rp.Failure("error", f"SPACE/DEFAULT must be JSON values: {e}"))
+        cfg = dict(default)
+        for k, v in req.config.items():
+            if space and k not in space:
+                return rp.reply(req.id, False, rp.Failure("error", f"config key {k!r} is not in SPACE {sorted(space)}"))
+            if space and v not in space[k]:
+                return rp.reply(req.id, False, rp.Failure("error", f"config {k}={v!r} is not in SPACE[{k!r}] = {space[k]}"))
+            cfg[k] = v
+        fn = getattr(mod, req.entry, None)
+        if not callable(fn):
+            return rp.reply(req.id, False, rp.Failure("error", f"the candidate defines no function {req.entry!r} "
+                                                                f"(the task's entry)"), space=space, default=default)
+        self.fn, self.config = fn, cfg
+        return rp.reply(req.id, config=cfg, space=space, default=default)
+
+    def map(self, req):
+        from harness import runner_protocol as rp
+        from harness.arena import RunnerArena
+        if self.arena is not None:
+            self.arena.close()
+            self.arena = None
+        self.arena = RunnerArena(req.arena, req.tensors)
+        return rp.reply(req.id)
+
+    # -- calls -------------------------------------------------------------------------------------
+    def _args(self, inputs: dict, outputs: dict, scalars: dict):
+        t = self.arena.t if self.arena else {}
+        try:
+            ins = {k: t[v] for k, v in inputs.items()}
+            outs = {k: t[v] for k, v in outputs.items()}
+        except KeyError as e:
+            raise ValueError(f"unknown tensor key {e}") from None
+        ins.update(scalars)
+        return ins, outs
+
+    def _one(self, ins: dict, outs: dict, where: str, sync):
+        """One audited call; returns a Failure or None."""
+        from harness import runner_protocol as rp
+        from harness import timing
+        from harness.audit import AllowListAudit
+        from harness.correctness import Abandon, FatalCudaError, classify_exception
+        audit = AllowListAudit(*self.audit_args)
+        flags = timing._torch_flags()
+        out_view = dict(outs)
+        out_meta = {k: _meta(v) for k, v in outs.items()}
+        try:
+            with audit:
+                ret = self.fn(dict(ins), out_view, dict(self.config))
+            sync()
+        except Abandon:
+            raise
+        except Exception as e:
+            try:
+                f = classify_exception(e, where)
+            except FatalCudaError as fe:
+                raise _Fatal(str(fe)) from None
+            return rp.Failure(f.cls, f.message, f.rule)
+        except BaseException as e:  # SystemExit / KeyboardInterrupt raised by a candidate
+            return rp.Failure("error", f"{where}: the candidate raised {type(e).__name__}: {e}")
+        changed = [] if self.skip_flags else timing.flag_changes(flags)
+        if changed:
+            return rp.Failure("rejected", f"rejected [introspection] {where}: the candidate changed PyTorch global "
+                              f"state ({', '.join(changed)})", "introspection")
+        if audit.hits:
+            return rp.Failure("rejected", audit.message(where), "torch-heavy-math")
+        if ret is not None:
+            return rp.Failure("wrong_result", f"{where}: the entry must return None and write into `out` "
+                              f"(it returned {type(ret).__name__})", "output-contract")
+        # the judge reads its own buffers anyway; this names the mistake instead of "unwritten"
+        for k, t in outs.items():
+            if out_view.get(k) is not t or set(out_view) != set(outs) or _meta(t) != out_meta[k]:
+                return rp.Failure("wrong_result", f"{where}: output {k!r} was replaced, re-pointed or resized; "
+                                  f"write into the pre-allocated tensors", "output-contract")
+        return None
+
+    def _sync(self):
+        if self.cpu:
+            return lambda: None
+        import torch
+        return torch.cuda.synchronize
+
+    def call(self, req):
+        from harness import runner_protocol as rp
+        from harness import timing
+        ins, outs = self._args(req.inputs, req.outputs, req.scalars)
+        t0 = time.perf_counter()
+        fail = self._one(ins, outs, req.where, self._sync())
+        secs = time.perf_counter() - t0
+        bad = timing.integrity_violations()
+        if fail is None and bad:
+            fail = rp.Failure("rejected", f"rejected [timer] {req.where}: the candidate replaced {', '.join(bad)}",
+                              "timer")
+        return rp.reply(req.id, fail is None, fail, seconds=secs, integrity=bad or None)
+
+    def time(self, req):
+        from harness import runner_protocol as rp
+        from harness import timing
+        calls = [self._args(c["inputs"], c["outputs"], req.scalars) for c in req.calls]
+        sync = (lambda: None)  # the loop synchronises itself after each call
+        fails = []
+
+        def fn(i):
+            ins, outs = calls[i]
+            f = self._one(ins, outs, f"timed call {i}", sync)
+            if f is not None:
+                fails.append(f)
+                raise _Stop()
+
+        try:
+            r = timing.run_batch(fn, len(calls), req.hold_us, gpu=not self.cpu, flush=req.flush)
+        except _Stop:
+            return rp.reply(req.id, False, fails[0])
+        bad = timing.integrity_violations()
+        return rp.reply(req.id, True, stream_us=r["stream_us"], device_us=r["device_us"] or None,
+                        host_us=r["host_us"], integrity=bad or None)
+
+    def profile(self, req):
+        from harness import profiling as prof
+        from harness import runner_protocol as rp
+        ins, outs = self._args(req.inputs, req.outputs, req.scalars)
+        mod = sys.modules.get(getattr(self.fn, "__module__", ""), None)
+        try:
+            if self.cpu:
+                ks = prof.interpreted_kernels(mod)
+            else:
+                import torch
+                ks = prof.kernel_stats(mod, lambda: (self.fn(dict(ins), dict(outs), dict(self.config)),
+                                                     torch.cuda.synchronize()))
+        except Exception as e:
+            ks = [{"name": f"(kernel stats unavailable: {type(e).__name__}: {e})"}]
+        return rp.reply(req.id, kernels=ks)
+
+
+class _Stop(Exception):
+    pass
+
+
+def _meta(t):
+    return (type(t), t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,38 @@
+# hostile: recognises a timed call by an output buffer it has seen before and skips the work then
+# expect: class=rejected rule=introspection
+# expect-runtime: class=wrong_result rule=timed-output
+import torch
+import triton
+import triton.language as tl
+
+SPACE = {"BLOCK": [32]}
+
+
+@triton.jit
+def _mm_kernel(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        rk = k0 + tl.arange(0, BK)
+        x = tl.load(a + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        y = tl.load(b + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(x, y, input_precision="ieee")
+    tl.store(c + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _launch(a, b, c):
+    M, K = a.shape
+    N = b.shape[1]
+    _mm_kernel[(triton.cdiv(M, 32), triton.cdiv(N, 32))](a, b, c, M, N, K, BM=32, BN=32, BK=32)
+
+
+_FIRST = {}
+
+
+def matmul(inputs, out, config):
+    c = out["c"]
+    first = _FIRST.setdefault(tuple(c.shape), c.data_ptr())
+    if c.data_ptr() != first:
+        return  # not the buffer the correctness battery used: this call is timed
+    _launch(inputs["a"], inputs["b"], c)

@@ -1,0 +1,670 @@
+//! The daemon-driven hostile suite (issue #10): the real `kerneld` (CPU mode) evaluates
+//! every candidate in kernels/harness/tests/hostile/ (whoever added it), each followed by
+//! the honest demo seed in the same daemon. Each hostile file says what it tries and
+//! what must come of it (`# expect: class=.. rule=..` or `# expect: no-effect`); after
+//! each, the global checks of docs/PROCESS_MODEL.md: no token of the daemon's user (a
+//! root-only file, an environment variable, the config file) appears anywhere a user or
+//! the log can see, no file appeared outside scratch, the local listener accepted
+//! nothing, and the honest seed gets the class it gets in a fresh daemon.
+//! Also: a `command` agent's environment, the refusal of code-writing goals while the
+//! sandbox is incomplete, and (root, where the runner user can run the harness's
+//! Python) that a seed an unprivileged user sends runs as `kerneld-runner`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use kerneld::wire::{self, Event, EventKind, ResultClass};
+use kerneld_e2e::*;
+use serde_json::{json, Value};
+
+/// Left by a hostile candidate's attack when it worked (in its error message).
+const SUCCESS_MARK: &str = "HOSTILE-SUCCEEDED";
+/// Files the write attacks aim at outside the test directory.
+const OUTSIDE: &[&str] = &[
+    "/tmp/kerneld-hostile-write",
+    "/var/tmp/kerneld-hostile-write",
+    "/root/kerneld-hostile-write",
+];
+
+#[derive(Debug, Clone, PartialEq)]
+enum Expect {
+    NoEffect,
+    Verdict { class: String, rule: String },
+}
+
+struct Hostile {
+    name: String,
+    what: String,
+    text: String,
+    expect: Expect,
+    /// `# expect-sandboxed:`: the verdict with the static rules skipped, so that the
+    /// attack really runs and only the operating system stands in its way.
+    sandboxed: Option<Expect>,
+}
+
+fn parse_expect(v: &str, path: &Path) -> Expect {
+    match v {
+        "no-effect" => Expect::NoEffect,
+        v => {
+            let kv: BTreeMap<&str, &str> = v
+                .split_whitespace()
+                .filter_map(|p| p.split_once('='))
+                .collect();
+            Expect::Verdict {
+                class: kv
+                    .get("class")
+                    .unwrap_or_else(|| panic!("{}: expect without class", path.display()))
+                    .to_string(),
+                rule: kv.get("rule").map(|r| r.to_string()).unwrap_or_default(),
+            }
+        }
+    }
+}
+
+/// Every file of the shared hostile directory, with its header parsed.
+fn hostile_files() -> Vec<Hostile> {
+    let dir = repo_root().join("kernels/harness/tests/hostile");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "py"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let header = |key: &str| {
+                text.lines()
+                    .take(6)
+                    .find_map(|l| l.strip_prefix(&format!("# {key}:")))
+                    .map(|v| v.trim().to_string())
+            };
+            let field = |key: &str| {
+                header(key).unwrap_or_else(|| {
+                    panic!("{}: no `# {key}:` line in its header", path.display())
+                })
+            };
+            Hostile {
+                name: path.file_name().unwrap().to_string_lossy().into_owned(),
+                what: field("hostile"),
+                expect: parse_expect(&field("expect"), &path),
+                sandboxed: header("expect-sandboxed").map(|v| parse_expect(&v, &path)),
+                text,
+            }
+        })
+        .collect()
+}
+
+/// What the daemon's user has that candidates must never see, and where they must not write.
+struct World {
+    dir: TempDir,
+    secret_file: PathBuf,
+    marker: PathBuf,
+    config: PathBuf,
+    env_name: String,
+    tokens: Vec<String>,
+    listener: TcpListener,
+}
+
+fn token(tag: &str) -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    format!("KDTOKEN-{tag}-{:x}{:x}", t.as_nanos(), std::process::id())
+}
+
+impl World {
+    fn new(tag: &str) -> World {
+        let dir = TempDir::new(tag);
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let secret_file = dir.path().join("secret.txt");
+        let file_token = token("file");
+        std::fs::write(&secret_file, format!("{file_token}\n")).unwrap();
+        std::fs::set_permissions(&secret_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let marker = dir.path().join("marker");
+        std::fs::create_dir_all(&marker).unwrap();
+        std::fs::write(marker.join("keep"), "keep").unwrap();
+        let config_token = token("config");
+        let config = dir.path().join("kerneld.toml");
+        std::fs::write(
+            &config,
+            format!("# {config_token}\nworker_max_files = 4096\n"),
+        )
+        .unwrap();
+        std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        World {
+            dir,
+            secret_file,
+            marker,
+            config,
+            env_name: "KD_HOSTILE_API_KEY".into(),
+            tokens: vec![file_token, config_token, token("env")],
+            listener,
+        }
+    }
+
+    fn env_token(&self) -> &str {
+        &self.tokens[2]
+    }
+
+    fn start(&self) -> Daemon {
+        self.start_env(&[])
+    }
+
+    /// Starts the daemon with the secret in its environment, and `env` on top.
+    fn start_env(&self, env: &[(&str, &str)]) -> Daemon {
+        let args = [
+            "--config",
+            self.config.to_str().unwrap(),
+            "--eval-timeout",
+            "120s",
+        ];
+        let mut all = vec![
+            (self.env_name.as_str(), self.env_token()),
+            // The workers' stderr reaches the daemon's log: a leak there counts too.
+            ("KERNELD_LOG", "info,worker=debug"),
+        ];
+        all.extend_from_slice(env);
+        Daemon::start_env(self.dir.path(), &args, &all)
+    }
+
+    fn substitute(&self, text: &str, state_dir: &Path) -> String {
+        text.replace("@@SECRET_FILE@@", self.secret_file.to_str().unwrap())
+            .replace("@@SECRET_ENV@@", &self.env_name)
+            .replace("@@MARKER_DIR@@", self.marker.to_str().unwrap())
+            .replace("@@STATE_DIR@@", state_dir.to_str().unwrap())
+            .replace(
+                "@@TCP_PORT@@",
+                &self.listener.local_addr().unwrap().port().to_string(),
+            )
+    }
+
+    /// A goal on the installed demo task whose seeds (sent with it) are `seeds`.
+    fn goal(&self, name: &str, seeds: &[(&str, String)]) -> PathBuf {
+        let sub = self.dir.path().join(name);
+        std::fs::create_dir_all(&sub).unwrap();
+        for (file, text) in seeds {
+            std::fs::write(sub.join(file), text).unwrap();
+        }
+        let list: Vec<String> = seeds.iter().map(|(f, _)| format!("\"{f}\"")).collect();
+        let path = sub.join("goal.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "name = \"{name}\"\ntask = \"demo\"\nseed = [{}]\n[budget]\niterations = {}\n",
+                list.join(", "),
+                seeds.len()
+            ),
+        )
+        .unwrap();
+        path
+    }
+}
+
+fn honest_seed() -> String {
+    std::fs::read_to_string(repo_root().join("kernels/demo/seeds/tiled.py")).unwrap()
+}
+
+/// Each seed's verdict in a finished goal: (class, rule, message).
+fn verdicts(events: &[Event], goal: &str) -> BTreeMap<String, (String, String, String)> {
+    let mut seed_of = BTreeMap::new();
+    let mut out = BTreeMap::new();
+    for e in events.iter().filter(|e| e.goal.as_deref() == Some(goal)) {
+        match &e.kind {
+            EventKind::SeedDescribed {
+                seed,
+                rejected: Some(why),
+                ..
+            } => {
+                // `rejected [rule] ...`: the static checks refused it before any import.
+                let rule = why
+                    .split_once('[')
+                    .and_then(|(_, r)| r.split_once(']'))
+                    .map_or(String::new(), |(r, _)| r.to_string());
+                out.insert(seed.clone(), ("rejected".into(), rule, why.clone()));
+            }
+            EventKind::CandidateProposed {
+                candidate, seed, ..
+            } => {
+                seed_of.insert(candidate.clone(), seed.clone());
+            }
+            EventKind::EvaluationFinished {
+                candidate, result, ..
+            } => {
+                if let Some(seed) = seed_of.get(candidate) {
+                    out.insert(
+                        seed.clone(),
+                        (
+                            result.class.as_str().to_string(),
+                            result.rule.clone().unwrap_or_default(),
+                            result.message.clone().unwrap_or_default(),
+                        ),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Files under `dir`, relative, recursively.
+fn tree(dir: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            out.insert(p.strip_prefix(dir).unwrap().display().to_string());
+            if p.is_dir() && !p.is_symlink() {
+                stack.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Everything a user or an administrator can see of a goal, and the daemon's log.
+fn visible(d: &Daemon, goal: &str) -> String {
+    let mut all = serde_json::to_string(&d.events(0)).unwrap();
+    for args in [
+        vec!["show", goal],
+        vec!["events", "--goal", goal],
+        vec!["best", goal],
+        vec!["status"],
+    ] {
+        let o = kernelctl(&d.socket, &args);
+        all.push_str(&String::from_utf8_lossy(&o.stdout));
+        all.push_str(&String::from_utf8_lossy(&o.stderr));
+    }
+    all.push_str(&d.log_text());
+    all
+}
+
+fn landlock_abi() -> i64 {
+    sandbox_probe()["landlock_abi"].as_i64().unwrap_or(0)
+}
+
+#[test]
+fn every_hostile_candidate_is_refused_or_has_no_effect() {
+    if landlock_abi() < 6 {
+        // Without Landlock the OS cannot be the boundary; the daemon says so (see
+        // code_writing_goals_are_refused_while_the_sandbox_is_incomplete).
+        eprintln!("skipped: this kernel has no Landlock ABI >= 6");
+        return;
+    }
+    let hostiles = hostile_files();
+    assert!(
+        hostiles.len() >= 6,
+        "the OS classes are missing from the hostile directory"
+    );
+    // As the daemon runs: the static rules, then the OS.
+    let all: Vec<(&Hostile, &Expect)> = hostiles.iter().map(|h| (h, &h.expect)).collect();
+    let mut failures = suite("iso", &[], &all);
+    // The static rules skipped where a file asks for it (`# expect-sandboxed:`): the
+    // attack really runs, and only the operating system stands in its way.
+    let behind: Vec<(&Hostile, &Expect)> = hostiles
+        .iter()
+        .filter_map(|h| h.sandboxed.as_ref().map(|e| (h, e)))
+        .collect();
+    failures.extend(
+        suite(
+            "iso-os",
+            &[("KERNELD_UNSAFE_SKIP_STATIC_CHECKS", "1")],
+            &behind,
+        )
+        .into_iter()
+        .map(|f| format!("(static rules skipped) {f}")),
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// One daemon over `hostiles`, each followed by the honest seed; the failures, with the log.
+fn suite(tag: &str, env: &[(&str, &str)], hostiles: &[(&Hostile, &Expect)]) -> Vec<String> {
+    let world = World::new(tag);
+    let d = world.start_env(env);
+    let version = d.call(wire::method::VERSION, json!({}));
+    let restricts = version["sandbox"]["restricts"].to_string();
+    assert!(
+        restricts.contains("filesystem (Landlock"),
+        "the judge is not sandboxed: {version}"
+    );
+
+    // The honest seed in a fresh daemon: the class every later honest evaluation must get.
+    let fresh = enqueue(&d, &world.goal("fresh", &[("tiled.py", honest_seed())]));
+    d.wait_terminal(&fresh, Duration::from_secs(300));
+    let baseline = verdicts(&d.events(0), &fresh)["tiled.py"].clone();
+    assert_eq!(baseline.0, "ok", "{baseline:?}\n{}", d.log_text());
+
+    let state_before = tree(&d.state_dir);
+    let mut failures = Vec::new();
+    for (h, expect) in hostiles {
+        let stem = h.name.trim_end_matches(".py").replace('_', "-");
+        let text = world.substitute(&h.text, &d.state_dir);
+        let id = enqueue(
+            &d,
+            &world.goal(
+                &format!("h-{stem}"),
+                &[(&h.name, text), ("tiled.py", honest_seed())],
+            ),
+        );
+        d.wait_terminal(&id, Duration::from_secs(300));
+        let v = verdicts(&d.events(0), &id);
+        let mut fail = |why: String| failures.push(format!("{} ({}): {why}", h.name, h.what));
+        match (*expect, v.get(&h.name)) {
+            (_, None) => fail(format!("no verdict; verdicts {v:?}")),
+            (Expect::Verdict { class, rule }, Some((c, r, m))) if (c, r) != (class, rule) => fail(
+                format!("expected class={class} rule={rule}, got class={c} rule={r}: {m}"),
+            ),
+            _ => {}
+        }
+        match v.get("tiled.py") {
+            Some((c, _, m)) if *c != baseline.0 => fail(format!(
+                "the honest seed after it got {c} (fresh daemon: {}): {m}",
+                baseline.0
+            )),
+            None => fail("the honest seed after it got no verdict".into()),
+            _ => {}
+        }
+        let seen = visible(&d, &id);
+        for t in &world.tokens {
+            if seen.contains(t.as_str()) {
+                fail(format!("token {t} is visible"));
+            }
+        }
+        if let Some(at) = seen.find(SUCCESS_MARK) {
+            let end = (at + 300).min(seen.len());
+            fail(format!("an attack worked: {}", &seen[at..end]));
+        }
+        let marker: Vec<String> = tree(&world.marker).into_iter().collect();
+        if marker != ["keep"] {
+            fail(format!("the marker directory changed: {marker:?}"));
+        }
+        let planted: Vec<String> = tree(&d.state_dir)
+            .difference(&state_before)
+            .filter(|p| !p.starts_with("sources/") && !p.starts_with("kerneld.redb"))
+            .cloned()
+            .collect();
+        if !planted.is_empty() {
+            fail(format!("new files in the state directory: {planted:?}"));
+        }
+        for p in OUTSIDE {
+            if Path::new(p).exists() {
+                let _ = std::fs::remove_file(p);
+                fail(format!("{p} was written"));
+            }
+        }
+        if world.listener.accept().is_ok() {
+            fail("the 127.0.0.1 listener accepted a connection".into());
+        }
+    }
+    if !failures.is_empty() {
+        failures.push(format!("log of the {tag} daemon:\n{}", d.log_text()));
+    }
+    failures
+}
+
+#[test]
+fn a_command_agent_sees_only_the_allow_listed_environment() {
+    let world = World::new("iso-cmd");
+    let d = world.start();
+    let script = world.dir.path().join("agent.sh");
+    // The whole environment goes into the candidate's docstring, which `show`/`best` print.
+    std::fs::write(
+        &script,
+        "set -e\n{ echo '\"\"\"environment:'; env | sort; echo '\"\"\"'; cat seeds/tiled.py; } > candidate.py\n",
+    )
+    .unwrap();
+    let goal = world.dir.path().join("cmd.toml");
+    std::fs::write(
+        &goal,
+        format!(
+            "name = \"cmd\"\ntask = \"demo\"\n[budget]\niterations = 2\n\
+             [agent]\nkind = \"command\"\ncommand = [\"sh\", \"{}\"]\ntimeout = \"2m\"\n",
+            script.display()
+        ),
+    )
+    .unwrap();
+    let id = enqueue(&d, &goal);
+    d.wait_terminal(&id, Duration::from_secs(300));
+    let proposed: Vec<String> = d
+        .events(0)
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::CandidateProposed { seed, .. } if e.goal.as_deref() == Some(&id) => {
+                Some(seed)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        proposed.iter().any(|s| s == "command"),
+        "the agent proposed nothing: {proposed:?}\n{}",
+        d.log_text()
+    );
+    let shown = String::from_utf8_lossy(&kernelctl(&d.socket, &["best", &id]).stdout).into_owned();
+    let dump: Vec<&str> = shown
+        .split("environment:")
+        .nth(1)
+        .and_then(|s| s.split("\"\"\"").next())
+        .unwrap_or_else(|| panic!("no environment dump in the best candidate:\n{shown}"))
+        .lines()
+        .filter(|l| !l.is_empty())
+        .collect();
+    let names: BTreeSet<&str> = dump
+        .iter()
+        .filter_map(|l| l.split_once('=').map(|(k, _)| k))
+        .collect();
+    let allowed: BTreeSet<&str> = [
+        "PATH",
+        "HOME",
+        "LANG",
+        "KERNELD_GOAL",
+        "KERNELD_GOAL_NAME",
+        "KERNELD_ITERATION",
+        "KERNELD_TASK_DIR",
+        "USER",
+        "LOGNAME",
+        "PWD",
+        "SHLVL",
+        "_",
+        "OLDPWD",
+    ]
+    .into();
+    let extra: Vec<&&str> = names.difference(&allowed).collect();
+    assert!(
+        extra.is_empty(),
+        "the command agent got {extra:?}:\n{}",
+        dump.join("\n")
+    );
+    assert!(
+        names.contains("PATH") && names.contains("KERNELD_GOAL"),
+        "{dump:?}"
+    );
+    let seen = visible(&d, &id);
+    for t in &world.tokens {
+        assert!(!seen.contains(t.as_str()), "token {t} visible");
+    }
+}
+
+#[test]
+fn code_writing_goals_are_refused_while_the_sandbox_is_incomplete() {
+    let world = World::new("iso-refuse");
+    // A runner user that does not exist (root) or no kerneld-sandbox binary (anyone).
+    std::fs::write(
+        &world.config,
+        "runner_user = \"kerneld-no-such-user\"\nsandbox_binary = \"/nonexistent/kerneld-sandbox\"\n",
+    )
+    .unwrap();
+    // Not through Daemon::start: the test library allows unsandboxed goals by default.
+    let socket = world.dir.path().join("sock");
+    let state = world.dir.path().join("state");
+    let log = std::fs::File::create(world.dir.path().join("strict.log")).unwrap();
+    let mut child = Command::new(binary("kerneld"))
+        .args([
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--socket",
+            socket.to_str().unwrap(),
+        ])
+        .arg("--kernels")
+        .arg(repo_root().join("kernels"))
+        .arg("--python")
+        .arg(python())
+        .args(["--cpu", "--config", world.config.to_str().unwrap()])
+        .stderr(log.try_clone().unwrap())
+        .stdout(log)
+        .spawn()
+        .unwrap();
+    let ready = (0..300).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        try_call(&socket, wire::method::VERSION, json!({})).is_ok()
+    });
+    assert!(ready, "kerneld did not start");
+    let check = || -> Result<(), String> {
+        let v = kernelctl(&socket, &["version", "--json"]);
+        let v: Value = serde_json::from_slice(&v.stdout).map_err(|e| e.to_string())?;
+        let sb = &v["daemon"]["sandbox"];
+        if sb["complete"] != false || !sb["problems"].to_string().contains("kerneld-sandbox") {
+            return Err(format!(
+                "version does not say the sandbox is incomplete: {v}"
+            ));
+        }
+        let text = String::from_utf8_lossy(&kernelctl(&socket, &["gpus"]).stdout).into_owned();
+        if !text.contains("sandbox: INCOMPLETE") || !text.contains("missing:") {
+            return Err(format!("gpus does not say so: {text}"));
+        }
+        let goal = world.goal("sent", &[("mine.py", honest_seed())]);
+        let out = kernelctl(&socket, &["enqueue", goal.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        if out.status.success()
+            || !err.contains("seeds sent with the goal")
+            || !err.contains("allow_unsandboxed")
+        {
+            return Err(format!(
+                "a goal with sent seeds was not refused as it should: {err}"
+            ));
+        }
+        // The installed task's own seeds with the search agent are trusted code: they run.
+        let trusted = demo_goal(world.dir.path(), "trusted", 1, "");
+        let out = kernelctl(&socket, &["enqueue", trusted.to_str().unwrap()]);
+        if !out.status.success() {
+            return Err(format!(
+                "the installed task was refused: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(())
+    };
+    let result = check();
+    let _ = child.kill();
+    let _ = child.wait();
+    result.unwrap();
+}
+
+/// The runner user, created when missing (root only); None with the reason printed.
+fn runner_user_ready() -> Option<u32> {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs a root daemon");
+        return None;
+    }
+    if nix::unistd::User::from_name("kerneld-runner")
+        .ok()
+        .flatten()
+        .is_none()
+    {
+        let made = Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                "kerneld-runner",
+            ])
+            .status();
+        if !made.is_ok_and(|s| s.success()) {
+            eprintln!("skipped: no kerneld-runner user and useradd failed");
+            return None;
+        }
+    }
+    let user = nix::unistd::User::from_name("kerneld-runner")
+        .ok()
+        .flatten()?;
+    Some(user.uid.as_raw())
+}
+
+#[test]
+fn a_seed_sent_by_an_unprivileged_user_runs_as_the_runner_user_not_root() {
+    let Some(runner_uid) = runner_user_ready() else {
+        return;
+    };
+    let world = World::new("iso-uid");
+    let d = world.start();
+    let v = d.call(wire::method::VERSION, json!({}));
+    let problems = v["sandbox"]["problems"].to_string();
+    if problems.contains("cannot run as kerneld-runner") {
+        // The daemon's own trial run found it (e.g. a Python under a 0700 home directory).
+        eprintln!("skipped: {problems}");
+        return;
+    }
+    assert_eq!(v["sandbox"]["complete"], true, "{v}");
+    assert_eq!(v["sandbox"]["runner_uid"], runner_uid, "{v}");
+    let goal = world.goal("mine", &[("mine.py", honest_seed())]);
+    for p in [
+        goal.as_path(),
+        goal.parent().unwrap(),
+        &goal.parent().unwrap().join("mine.py"),
+    ] {
+        let mode = if p.is_dir() { 0o755 } else { 0o644 };
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let out = kernelctl_under(
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ],
+        &d.socket,
+        &["enqueue", goal.to_str().unwrap()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    // While the goal runs, every process below the daemon is the runner user's.
+    let mut seen = BTreeSet::new();
+    let done = d.wait_until(Duration::from_secs(300), |d| {
+        for pid in d.worker_pids() {
+            if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+                if let Some(uids) = status.lines().find_map(|l| l.strip_prefix("Uid:")) {
+                    seen.insert(
+                        uids.split_whitespace()
+                            .map(String::from)
+                            .collect::<Vec<_>>(),
+                    );
+                }
+            }
+        }
+        d.goal(&id).state.is_terminal()
+    });
+    assert!(done, "{}", d.log_text());
+    let want = vec![runner_uid.to_string(); 4];
+    assert!(!seen.is_empty(), "no worker seen");
+    assert!(
+        seen.iter().all(|u| *u == want),
+        "worker uids (real, effective, saved, fs): {seen:?}"
+    );
+    let v = verdicts(&d.events(0), &id);
+    assert_eq!(v["mine.py"].0, ResultClass::Ok.as_str(), "{v:?}");
+}
