@@ -1,17 +1,31 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust checks (scripts/lint.sh: fmt, clippy, rust-version), the
 # Rust workspace (unit tests and the end-to-end tests that start the real kerneld and
-# kernelctl binaries), then the Python harness and task tests
+# kernelctl binaries, the kill-torture among them), a bounded fuzz run of the control
+# plane, then the Python harness and task tests
 # under Triton's interpreter (CPU). Installs what it needs on a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/python-env.sh
 
 scripts/lint.sh
+
+# tests/tests/slurm*.rs run against a real one-node Slurm (slurm-wlm + munge, installed
+# with apt-get when missing). Those tests are skipped only when it cannot start here.
+echo "== Slurm test cluster"
+if scripts/slurm-test-cluster.sh; then
+    export KERNELD_REQUIRE_SLURM=1
+else
+    echo "(the Slurm tests will be skipped: the test cluster could not start)"
+fi
 echo "== cargo build (workspace)"
 cargo build --workspace --locked
 echo "== cargo test (workspace)"
 cargo test --workspace --locked
+# The control plane under libFuzzer, bounded (installs nightly and cargo-fuzz if missing;
+# scripts/fuzz.sh 600 for a longer run).
+echo "== fuzz rpc (${KERNELD_FUZZ_SECONDS:-60} s)"
+scripts/fuzz.sh "${KERNELD_FUZZ_SECONDS:-60}"
 
 echo "== python tests (TRITON_INTERPRET=1, $KERNELD_PYTHON)"
 export TRITON_INTERPRET=1 CUDA_VISIBLE_DEVICES=""

@@ -6,6 +6,8 @@
 //! the harness worker runs under `KERNELD_PYTHON` (the test script points it at the
 //! virtual environment with torch and triton).
 
+pub mod cluster;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -107,6 +109,29 @@ impl Daemon {
 
     /// Starts with extra arguments and environment variables (passed on to the workers).
     pub fn start_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let mut args = daemon_args(dir);
+        args.extend(extra.iter().map(Into::into));
+        let d = Self::spawn(dir, &args, env);
+        d.wait_ready(Duration::from_secs(30));
+        d
+    }
+
+    /// `start_env` with another kernels directory (its `harness/worker.py` is the worker).
+    pub fn start_kernels(
+        dir: &Path,
+        kernels: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
+        let mut args = daemon_args_with(dir, kernels);
+        args.extend(extra.iter().map(Into::into));
+        let d = Self::spawn(dir, &args, env);
+        d.wait_ready(Duration::from_secs(30));
+        d
+    }
+
+    /// Starts the binary with exactly these arguments and does not wait for it.
+    pub fn spawn(dir: &Path, args: &[std::ffi::OsString], env: &[(&str, &str)]) -> Daemon {
         let socket = dir.join("sock");
         let state_dir = dir.join("state");
         let log = dir.join("kerneld.log");
@@ -116,20 +141,7 @@ impl Daemon {
             .open(&log)
             .unwrap();
         let child = Command::new(binary("kerneld"))
-            .arg("--state-dir")
-            .arg(&state_dir)
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--kernels")
-            .arg(repo_root().join("kernels"))
-            .arg("--python")
-            .arg(python())
-            .arg("--cpu")
-            // These tests run as root on machines without the runner user (or with a
-            // Python the runner user cannot reach): the judge still runs under the
-            // sandbox, as the daemon's uid. tests/tests/isolation.rs tests the sandbox.
-            .arg("--allow-unsandboxed")
-            .args(extra)
+            .args(args)
             .env("KERNELD_LOG", "info")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
@@ -137,17 +149,16 @@ impl Daemon {
             .stderr(logfile)
             .spawn()
             .expect("start kerneld");
-        let d = Daemon {
+        Daemon {
             child,
             socket,
             state_dir,
             log,
-        };
-        d.wait_ready(Duration::from_secs(30));
-        d
+        }
     }
 
-    fn wait_ready(&self, limit: Duration) {
+    /// Waits until the socket answers `version`, or panics with the log.
+    pub fn wait_ready(&self, limit: Duration) {
         let t0 = Instant::now();
         while t0.elapsed() < limit {
             if let Ok(v) = try_call(&self.socket, wire::method::VERSION, json!({})) {
@@ -445,4 +456,164 @@ pub fn write_http(stream: &mut std::net::TcpStream, status: &str, headers: &str,
         "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{headers}Connection: close\r\n\r\n{body}",
         body.len()
     );
+}
+
+// -- a client as another user ---------------------------------------------------------
+
+/// The unprivileged uid the tests run clients as.
+pub const NOBODY: &str = "65534";
+
+/// `setpriv` as uid/gid 65534 with no supplementary groups, ready for a program.
+pub const AS_NOBODY: [&str; 4] = [
+    "setpriv",
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+];
+
+/// Runs `kernelctl` as uid/gid 65534.
+pub fn kernelctl_as_nobody(socket: &Path, args: &[&str]) -> Output {
+    kernelctl_under(&AS_NOBODY, socket, args)
+}
+
+/// A test directory every user can read, or None (with the reason printed) when this
+/// machine cannot run a client as another user.
+pub fn nobody_dir(tag: &str) -> Option<TempDir> {
+    use std::os::unix::fs::PermissionsExt;
+    let probe = Command::new(AS_NOBODY[0])
+        .args(&AS_NOBODY[1..])
+        .arg(binary("kernelctl"))
+        .arg("--version")
+        .output();
+    match probe {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            eprintln!(
+                "skipped: cannot run kernelctl as uid {NOBODY} (needs root, and a target dir \
+                 that uid may read): {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            return None;
+        }
+        Err(e) => {
+            eprintln!("skipped: setpriv is not available: {e}");
+            return None;
+        }
+    }
+    let dir = TempDir::new(tag);
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    Some(dir)
+}
+
+/// A finished command's status, stdout and stderr, for assertion messages.
+pub fn output_text(o: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Writes a file every user may read.
+pub fn write_public(path: &Path, contents: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, contents).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
+}
+
+/// Runs a command to its end, or kills it after `limit` (then the status is None): a
+/// client that blocks forever must fail the test, not hang it.
+pub fn run_bounded(
+    cmd: &mut Command,
+    limit: Duration,
+) -> (Option<std::process::ExitStatus>, String) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut text = String::new();
+    use std::io::Read;
+    if let Some(mut o) = child.stdout.take() {
+        let _ = o.read_to_string(&mut text);
+    }
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut text);
+    }
+    (status, text)
+}
+
+/// The arguments `Daemon::start` gives kerneld for a test directory.
+pub fn daemon_args(dir: &Path) -> Vec<std::ffi::OsString> {
+    daemon_args_with(dir, &repo_root().join("kernels"))
+}
+
+/// The same with another kernels directory.
+pub fn daemon_args_with(dir: &Path, kernels: &Path) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = Vec::new();
+    for (flag, value) in [
+        ("--state-dir", dir.join("state")),
+        ("--socket", dir.join("sock")),
+        ("--kernels", kernels.to_path_buf()),
+        ("--python", python()),
+    ] {
+        args.push(flag.into());
+        args.push(value.into());
+    }
+    args.push("--cpu".into());
+    // These tests run as root on machines without the runner user (or with a Python the
+    // runner user cannot reach): the judge still runs under the sandbox, as the daemon's
+    // uid. tests/tests/isolation.rs tests the sandbox.
+    args.push("--allow-unsandboxed".into());
+    args
+}
+
+/// A kernels directory whose harness worker is `tests/fixtures/stub_worker.py` (the worker
+/// protocol without torch: it starts and "evaluates" in milliseconds) and whose `demo`
+/// task is the real one.
+pub fn stub_kernels(dir: &Path) -> PathBuf {
+    let kernels = dir.join("kernels");
+    std::fs::create_dir_all(kernels.join("harness")).unwrap();
+    std::fs::copy(
+        repo_root().join("tests/fixtures/stub_worker.py"),
+        kernels.join("harness/worker.py"),
+    )
+    .unwrap();
+    let demo = kernels.join("demo");
+    if !demo.exists() {
+        std::os::unix::fs::symlink(repo_root().join("kernels/demo"), demo).unwrap();
+    }
+    kernels
+}
+
+/// A kernels directory whose worker is the scripted one (tests/fixtures/scripted/worker.py,
+/// answering what `harness/script.json` there says) and whose `demo` task is a copy of the real one.
+pub fn scripted_kernels(dir: &Path) -> PathBuf {
+    let k = dir.join("kernels");
+    std::fs::create_dir_all(k.join("harness")).unwrap();
+    std::fs::copy(
+        repo_root().join("tests/fixtures/scripted/worker.py"),
+        k.join("harness/worker.py"),
+    )
+    .unwrap();
+    let demo = repo_root().join("kernels/demo");
+    std::fs::create_dir_all(k.join("demo/seeds")).unwrap();
+    for f in ["task.toml", "task.py", "seeds/tiled.py"] {
+        std::fs::copy(demo.join(f), k.join("demo").join(f)).unwrap();
+    }
+    k
 }

@@ -69,10 +69,13 @@ pub enum Command {
         #[arg(long)]
         unique: bool,
     },
-    /// List goals (or one goal) with their progress
+    /// List the active goals and the newest finished ones (or one goal) with their progress
     Status {
         /// Only this goal (id or name)
         goal: Option<String>,
+        /// Every goal ever enqueued (read from the daemon page by page)
+        #[arg(long, conflicts_with = "goal")]
+        all: bool,
     },
     /// One goal in full: its spec, progress and recent evaluations
     Show {
@@ -137,6 +140,22 @@ pub enum Command {
         /// and the table of bests in one page); "-" writes the SVG to stdout
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
+    },
+    /// Re-time a candidate N times (each a fresh runner, interleaved with a freshly timed
+    /// baseline) and print the stability: per-shape medians, the geomean speedup's CV, the
+    /// largest deviation of any shape's median (candidate and baseline)
+    Retime {
+        /// The goal's id or name
+        goal: String,
+        /// A candidate id (or a unique prefix), or `best`
+        #[arg(default_value = "best")]
+        candidate: String,
+        /// How many re-times
+        #[arg(short = 'n', long, default_value_t = 1)]
+        times: u32,
+        /// Queue the request and print its id, without waiting for the re-times
+        #[arg(long)]
+        no_wait: bool,
     },
     /// Shell completions for SHELL, to stdout
     Completions {

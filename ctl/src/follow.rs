@@ -122,6 +122,7 @@ fn goal_summary(ctx: &Ctx, goal: &str) -> Result<GoalSummary, Failure> {
         method::STATUS,
         StatusParams {
             goal: Some(goal.to_string()),
+            ..Default::default()
         },
     )?;
     let goals: Vec<GoalSummary> = decode(method::STATUS, value)?;

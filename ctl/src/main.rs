@@ -15,6 +15,7 @@ mod follow;
 mod man;
 mod render;
 mod report;
+mod retime;
 mod term;
 
 use std::io::{self, IsTerminal, Write};
@@ -112,7 +113,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
 fn run(command: Command, ctx: &Ctx) -> Result<u8, Failure> {
     match command {
         Command::Enqueue { file, unique } => enqueue(ctx, &file, unique),
-        Command::Status { goal } => status(ctx, goal),
+        Command::Status { goal, all } => status(ctx, goal, all),
         Command::Show { goal } => show(ctx, goal),
         Command::Watch { goal } => follow::watch(ctx, goal),
         Command::Events {
@@ -136,6 +137,12 @@ fn run(command: Command, ctx: &Ctx) -> Result<u8, Failure> {
         Command::Context { goal } => context(ctx, goal),
         Command::Gpus => gpus(ctx),
         Command::Report { goal, output } => follow::report(ctx, goal, output.as_deref()),
+        Command::Retime {
+            goal,
+            candidate,
+            times,
+            no_wait,
+        } => retime::retime(ctx, goal, Some(candidate), times, !no_wait),
         Command::Completions { shell } => completions(shell),
         Command::Digest { since } => digest::command(ctx, &since),
         Command::Version => version(ctx),
@@ -252,8 +259,10 @@ fn answer<T: DeserializeOwned>(
 // ---------------------------------------------------------------------------
 
 fn enqueue(ctx: &Ctx, file: &Path, unique: bool) -> Result<u8, Failure> {
-    let source = std::fs::read_to_string(file)
-        .map_err(|e| Failure::Failed(format!("cannot read goal file {}: {e}", file.display())))?;
+    // Checked before it is read: a FIFO, /dev/zero or a huge file is refused, not read.
+    let limit = kerneld_protocol::limits::GOAL_FILE_BYTES;
+    let source = kerneld_protocol::userfile::read_regular(file, limit)
+        .map_err(|e| Failure::Failed(format!("goal file {}", e.describe(file, limit))))?;
     let path = std::fs::canonicalize(file)
         .or_else(|_| std::path::absolute(file))
         .unwrap_or_else(|_| file.to_path_buf());
@@ -283,11 +292,17 @@ fn enqueue(ctx: &Ctx, file: &Path, unique: bool) -> Result<u8, Failure> {
     Ok(0)
 }
 
-fn status(ctx: &Ctx, goal: Option<String>) -> Result<u8, Failure> {
+fn status(ctx: &Ctx, goal: Option<String>, all: bool) -> Result<u8, Failure> {
+    if all {
+        return status_all(ctx);
+    }
     answer(
         ctx,
         method::STATUS,
-        StatusParams { goal },
+        StatusParams {
+            goal,
+            ..Default::default()
+        },
         |goals: Vec<GoalSummary>| {
             if goals.is_empty() {
                 return ctx.print_line("no goals yet: `kernelctl enqueue FILE` adds one");
@@ -301,6 +316,46 @@ fn status(ctx: &Ctx, goal: Option<String>) -> Result<u8, Failure> {
             ctx.print(&render::status_table(&goals, ctx.paint))
         },
     )
+}
+
+/// `status --all`: the whole history, page after page (an empty page ends it).
+fn status_all(ctx: &Ctx) -> Result<u8, Failure> {
+    let mut goals: Vec<Value> = Vec::new();
+    loop {
+        let after = goals
+            .last()
+            .and_then(|g| g["id"].as_str())
+            .map(str::to_string);
+        let params = StatusParams {
+            all: true,
+            after,
+            ..Default::default()
+        };
+        let page = match ctx.call_value(method::STATUS, params)? {
+            Value::Array(page) => page,
+            other => {
+                return Err(Failure::Failed(format!(
+                    "status: expected a list, got {other}"
+                )))
+            }
+        };
+        if page.is_empty() {
+            break;
+        }
+        goals.extend(page);
+    }
+    if ctx.json {
+        ctx.print_json(&Value::Array(goals))?;
+        return Ok(0);
+    }
+    let goals: Vec<GoalSummary> = decode(method::STATUS, Value::Array(goals))?;
+    if goals.is_empty() {
+        return ctx
+            .print_line("no goals yet: `kernelctl enqueue FILE` adds one")
+            .map(|()| 0);
+    }
+    ctx.print(&render::status_table(&goals, ctx.paint))?;
+    Ok(0)
 }
 
 fn show(ctx: &Ctx, goal: String) -> Result<u8, Failure> {

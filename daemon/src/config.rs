@@ -43,6 +43,8 @@ pub struct Config {
     pub agent_backoff_scale: f64,
     /// Where the config was read from, for SIGHUP reloads.
     pub config_file: Option<PathBuf>,
+    /// `[slurm]`: evaluation slots on a Slurm cluster (None: local devices only).
+    pub slurm: Option<crate::slurm::SlurmConfig>,
     /// The evaluation sandbox (daemon/src/sandbox, docs/INSTALL.md "Sandbox").
     pub sandbox: SandboxConfig,
     /// The environment a `command` agent gets from kerneld's: only these variables
@@ -105,6 +107,7 @@ struct RawConfig {
     llm_keys: Option<std::collections::BTreeMap<String, String>>,
     max_attempts: Option<u32>,
     agent_backoff_scale: Option<f64>,
+    slurm: Option<crate::slurm::RawSlurmConfig>,
     runner_user: Option<String>,
     allow_unsandboxed: Option<bool>,
     sandbox_binary: Option<PathBuf>,
@@ -138,6 +141,7 @@ impl Config {
             max_attempts: 3,
             agent_backoff_scale: 1.0,
             config_file: None,
+            slurm: None,
             sandbox: SandboxConfig::default(),
             command_env: ["PATH", "HOME", "LANG"].map(String::from).to_vec(),
         }
@@ -212,6 +216,17 @@ impl Config {
                 ));
             }
             self.agent_backoff_scale = v;
+        }
+        if let Some(raw) = raw.slurm {
+            let parse = |s: &str, key: &str| {
+                parse_duration(s)
+                    .map(Duration::from_secs)
+                    .map_err(|m| format!("`{key}`: bad duration `{s}`: {m}"))
+            };
+            self.slurm = Some(
+                crate::slurm::SlurmConfig::from_raw(raw, parse)
+                    .map_err(|m| format!("{}: {m}", file.display()))?,
+            );
         }
         let sb = &mut self.sandbox;
         if let Some(v) = raw.runner_user {

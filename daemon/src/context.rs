@@ -12,7 +12,7 @@ use std::fmt::Write;
 use serde_json::Value;
 
 use crate::projection::GoalProjection;
-use crate::wire::{AgentKind, EvalResult, EvaluationRecord, GoalSpec};
+use crate::wire::{confirm_flag, AgentKind, EvalResult, EvaluationRecord, GoalSpec};
 
 /// Default budget of CONTEXT.md (`command`) and of the search agent's context.
 pub const DEFAULT_BYTES: usize = 12 * 1024;
@@ -137,17 +137,23 @@ fn profile_lines(rec: &EvaluationRecord) -> String {
 /// The context text for a goal (its statement, then its memory), at most `budget` bytes.
 pub fn compact(goal: &GoalProjection, history: &[EvaluationRecord], budget: usize) -> String {
     let mut sections = vec![goal_statement(&goal.spec)];
-    sections.extend(memory_sections(history));
+    sections.extend(memory_sections(history, &goal.confirmations));
     fit(sections, budget)
 }
 
 /// The memory alone, without the goal restated (the `llm` agent's system prompt already
 /// holds it), at most `budget` bytes.
-pub fn memory(history: &[EvaluationRecord], budget: usize) -> String {
-    fit(memory_sections(history), budget)
+/// `confirmed`: the goal's re-timed would-be bests (iteration -> the win held), for the
+/// >10x flag.
+pub fn memory(
+    history: &[EvaluationRecord],
+    confirmed: &BTreeMap<u64, bool>,
+    budget: usize,
+) -> String {
+    fit(memory_sections(history, confirmed), budget)
 }
 
-fn memory_sections(history: &[EvaluationRecord]) -> Vec<String> {
+fn memory_sections(history: &[EvaluationRecord], confirmed: &BTreeMap<u64, bool>) -> Vec<String> {
     let mut sections: Vec<String> = Vec::new();
 
     // Best few, with profiles.
@@ -169,7 +175,14 @@ fn memory_sections(history: &[EvaluationRecord]) -> Vec<String> {
         best.push_str("None correct yet.\n");
     }
     for rec in scored.iter().take(TOP) {
-        let _ = writeln!(best, "- {}", describe(rec));
+        let _ = write!(best, "- {}", describe(rec));
+        // A speedup this large is more often a measurement (or a trick) than a kernel.
+        match confirm_flag(rec.result.speedup, confirmed.get(&rec.iteration).copied()) {
+            Some(flag) => {
+                let _ = writeln!(best, " [{flag}]");
+            }
+            None => best.push('\n'),
+        }
         best.push_str(&profile_lines(rec));
     }
     sections.push(best);
@@ -404,6 +417,7 @@ mod tests {
                     gbps: Some(100.0),
                     tflops: None,
                     pct_roofline: Some(5.0),
+                    ci_pct: None,
                 }],
                 ..result
             };

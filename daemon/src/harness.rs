@@ -32,6 +32,12 @@ pub struct WorkerSpec {
     /// Address-space limit in bytes (CPU mode only; 0 = none).
     pub max_address_space: u64,
     pub start_timeout: Duration,
+    /// Programs the worker's argv is handed to, outermost first (a Slurm slot's
+    /// `srun --jobid=N ... --`): the worker, and any wrapper of its own, run under it.
+    /// Empty: the worker runs here. Under a launcher the device is the launcher's to
+    /// assign (Slurm sets CUDA_VISIBLE_DEVICES for the job's GPU), and SIGINT does not
+    /// reach the worker (srun does not forward it), so `interrupt` reports failure.
+    pub launcher: Vec<String>,
     /// How the worker is confined (crate::sandbox), or why it cannot be started.
     pub sandbox: Result<crate::sandbox::WorkerSandbox, String>,
 }
@@ -54,6 +60,9 @@ pub enum WorkerError {
     Died { status: String, stderr: String },
     #[error("the harness worker broke the protocol: {0}")]
     Protocol(String),
+    /// The place the worker runs could not be had (a Slurm slot's job, see `launcher`).
+    #[error("no place to start the harness worker: {0}")]
+    NoPlace(String),
     #[error("cannot prepare the evaluation sandbox: {0}")]
     Sandbox(String),
 }
@@ -66,6 +75,8 @@ pub struct Worker {
     lines: FramedRead<ChildStdout, LinesCodec>,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
     next_id: u64,
+    /// SIGINT reaches the worker (false under a launcher such as srun).
+    interruptible: bool,
     /// The worker's ready line (versions, device).
     pub ready: Value,
     sandbox: crate::sandbox::WorkerSandbox,
@@ -77,15 +88,17 @@ impl Worker {
         let sandbox = spec.sandbox.clone().map_err(WorkerError::Sandbox)?;
         // Under kerneld-sandbox when it works here (crate::sandbox::runtime), else Python
         // directly; either way with exactly the harness's environment: never the daemon's
-        // API keys, NOTIFY_SOCKET or settings.
-        let mut cmd = match &sandbox.wrapper {
-            Some((bin, args)) => {
-                let mut c = Command::new(bin);
-                c.args(args).arg("--").arg(&spec.python);
-                c
-            }
-            None => Command::new(&spec.python),
-        };
+        // API keys, NOTIFY_SOCKET or settings. A launcher (a Slurm slot's srun) goes
+        // outside all of it, so the sandbox confines the worker on the compute node too.
+        let mut argv: Vec<std::ffi::OsString> = spec.launcher.iter().map(Into::into).collect();
+        if let Some((bin, args)) = &sandbox.wrapper {
+            argv.push(bin.into());
+            argv.extend(args.iter().map(Into::into));
+            argv.push("--".into());
+        }
+        argv.push(spec.python.clone().into());
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
         cmd.arg("-u")
             .arg(&spec.script)
             .stdin(Stdio::piped())
@@ -150,6 +163,7 @@ impl Worker {
             lines: FramedRead::new(stdout, LinesCodec::new_with_max_length(WORKER_MAX_LINE)),
             stderr_tail,
             next_id: 1,
+            interruptible: spec.launcher.is_empty(),
             ready: Value::Null,
             sandbox,
         };
@@ -247,6 +261,9 @@ impl Worker {
     /// `grace`; otherwise its state is unknown and the caller must `kill` it.
     pub async fn interrupt(&mut self, grace: Duration) -> bool {
         let id = self.next_id.saturating_sub(1);
+        if !self.interruptible {
+            return false;
+        }
         if nix::sys::signal::kill(self.pgid, Signal::SIGINT).is_err() {
             return false;
         }

@@ -5,6 +5,7 @@
 //! map of modules and their invariants.
 
 pub(crate) mod agent;
+pub(crate) mod audit;
 pub(crate) mod candidate;
 pub mod config;
 pub(crate) mod context;
@@ -14,21 +15,34 @@ pub mod gpu;
 pub(crate) mod harness;
 pub(crate) mod projection;
 pub(crate) mod reconfigure;
+pub(crate) mod resolve;
 pub(crate) mod rpc;
 pub mod sandbox;
 pub(crate) mod scheduler;
+pub mod slurm;
 pub(crate) mod spool;
+pub(crate) mod stability;
+pub(crate) mod status_view;
 pub(crate) mod store;
 pub(crate) mod task;
 
 /// The protocol crate's modules, where the daemon's code has always found them.
-pub use kerneld_protocol::{paths, wire};
+pub use kerneld_protocol::{limits, paths, wire};
 
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
 pub use config::Config;
+
+/// Entry points for tools beside the daemon proper: `kerneld check` (the binary), the
+/// benchmark that builds a log in bulk through the store, and the fuzz target that drives
+/// one connection's framing, parsing and dispatch.
+pub mod tools {
+    pub use crate::engine::Engine;
+    pub use crate::rpc::{connection, Limits};
+    pub use crate::store::{CheckReport, NewEvent, Store, StoreError};
+}
 pub use engine::TickFn;
 pub use reconfigure::Rebuild;
 

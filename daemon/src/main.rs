@@ -20,10 +20,10 @@ use kerneld::{paths, Config, RunOptions};
 )]
 struct Cli {
     /// Configuration file (default: /etc/kerneld/kerneld.toml when it exists).
-    #[arg(long, env = "KERNELD_CONFIG")]
+    #[arg(long, env = "KERNELD_CONFIG", global = true)]
     config: Option<PathBuf>,
     /// Directory for the event log and candidate files.
-    #[arg(long, env = "KERNELD_STATE_DIR")]
+    #[arg(long, env = "KERNELD_STATE_DIR", global = true)]
     state_dir: Option<PathBuf>,
     /// The control socket.
     #[arg(long, env = "KERNELD_SOCKET")]
@@ -63,15 +63,31 @@ enum DaemonCommand {
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },
+    /// Read the whole event log and its projections and report what is found; the daemon
+    /// must be stopped. Exit 0: no problems; 1: problems found (listed); 2: no log, or
+    /// it cannot be opened (in use, unreadable).
+    Check,
+}
+
+/// The configuration file and --state-dir applied, nothing else (for `kerneld check`).
+fn state_dir(cli: &Cli) -> Result<PathBuf, String> {
+    let mut cfg = Config::new(paths::default_state_dir(), paths::default_socket());
+    if let Some(file) = config_file(cli) {
+        cfg = cfg.merge_file(&file)?;
+    }
+    Ok(cli.state_dir.clone().unwrap_or(cfg.state_dir))
+}
+
+fn config_file(cli: &Cli) -> Option<PathBuf> {
+    cli.config.clone().or_else(|| {
+        let system = PathBuf::from("/etc/kerneld/kerneld.toml");
+        system.is_file().then_some(system)
+    })
 }
 
 fn build_config(cli: &Cli) -> Result<Config, String> {
     let mut cfg = Config::new(paths::default_state_dir(), paths::default_socket());
-    let file = cli.config.clone().or_else(|| {
-        let system = PathBuf::from("/etc/kerneld/kerneld.toml");
-        system.is_file().then_some(system)
-    });
-    if let Some(file) = &file {
+    if let Some(file) = &config_file(cli) {
         cfg = cfg.merge_file(file)?;
     }
     if let Some(v) = &cli.state_dir {
@@ -161,6 +177,9 @@ fn main() -> ExitCode {
         .with_target(false)
         .init();
 
+    if let Some(DaemonCommand::Check) = cli.command {
+        return check(&cli);
+    }
     let cfg = match build_config(&cli) {
         Ok(c) => c,
         Err(e) => {
@@ -229,6 +248,40 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("kerneld: {e:#}");
             ExitCode::from(1)
+        }
+    }
+}
+
+/// `kerneld check`: the report on stdout, the exit code as documented on `DaemonCommand::Check`.
+fn check(cli: &Cli) -> ExitCode {
+    let dir = match state_dir(cli) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("kerneld: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let path = Config::new(dir, PathBuf::new()).db_path();
+    let mut store = match kerneld::tools::Store::open_for_check(&path) {
+        Ok(s) => s,
+        // A file that is there but damaged is a finding, not a failure to look.
+        Err(e @ kerneld::tools::StoreError::Damaged { .. }) => {
+            println!("{e}");
+            return ExitCode::from(1);
+        }
+        Err(e) => {
+            eprintln!("kerneld check: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match store.check() {
+        Ok(report) => {
+            print!("{}", report.render(&path));
+            ExitCode::from(if report.is_sound() { 0 } else { 1 })
+        }
+        Err(e) => {
+            eprintln!("kerneld check: {e}");
+            ExitCode::from(2)
         }
     }
 }

@@ -35,6 +35,42 @@ impl Pending {
     }
 }
 
+/// A re-time the goal owes: a would-be best's confirmation (`request` None) or a
+/// `retime` request's (`times` of them). Runs before anything new, and again after a
+/// restart; its attempts count like a pending evaluation's.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RetimeWork {
+    pub iteration: u64,
+    pub candidate: String,
+    pub seed: String,
+    pub config: Value,
+    #[serde(default)]
+    pub source_hash: Option<String>,
+    /// The `retime_requested` event's seq; None: a confirmation.
+    #[serde(default)]
+    pub request: Option<u64>,
+    /// A confirmation: the would-be best with its first figures.
+    #[serde(default)]
+    pub best: Option<BestSummary>,
+    pub times: u32,
+    /// Re-times with a recorded result.
+    pub done: u32,
+    /// Starts, and the starts that ended in a recorded abort, of the current re-time.
+    pub attempts: u32,
+    pub aborted: u32,
+}
+
+impl RetimeWork {
+    pub fn unexplained_starts(&self) -> u32 {
+        self.attempts.saturating_sub(self.aborted)
+    }
+
+    /// Which re-time this is, for the set of those a lease runs now.
+    pub fn key(&self) -> (Option<u64>, u64) {
+        (self.request, self.iteration)
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SeedInfo {
     pub space: Value,
@@ -71,6 +107,15 @@ pub struct GoalProjection {
     /// Tokens the agent's endpoint spent on this goal's proposals (its `usage`).
     #[serde(default)]
     pub tokens: u64,
+    /// Would-be bests waiting for their re-time, by iteration.
+    #[serde(default)]
+    pub confirming: BTreeMap<u64, RetimeWork>,
+    /// `retime` requests not yet done, by request id.
+    #[serde(default)]
+    pub retimes: BTreeMap<u64, RetimeWork>,
+    /// Would-be bests that were re-timed: iteration -> the win held.
+    #[serde(default)]
+    pub confirmations: BTreeMap<u64, bool>,
 }
 
 impl GoalProjection {
@@ -95,6 +140,117 @@ impl GoalProjection {
             gpu_ms: 0,
             failures: BTreeMap::new(),
             tokens: 0,
+            confirming: BTreeMap::new(),
+            retimes: BTreeMap::new(),
+            confirmations: BTreeMap::new(),
+        }
+    }
+
+    /// Re-times owed, confirmations first (a win waits on them), then requests.
+    pub fn retime_work(&self) -> impl Iterator<Item = &RetimeWork> {
+        self.confirming.values().chain(self.retimes.values())
+    }
+
+    fn retime_entry(&mut self, request: Option<u64>, iteration: u64) -> Option<&mut RetimeWork> {
+        match request {
+            None => self.confirming.get_mut(&iteration),
+            Some(r) => self.retimes.get_mut(&r),
+        }
+    }
+
+    /// The re-time events' part of `apply`.
+    fn apply_retime(&mut self, ev: &Event) {
+        match &ev.kind {
+            EventKind::WinPending { best, source_hash } => {
+                self.confirming.insert(
+                    best.iteration,
+                    RetimeWork {
+                        iteration: best.iteration,
+                        candidate: best.candidate.clone(),
+                        seed: best.seed.clone(),
+                        config: best.config.clone(),
+                        source_hash: source_hash.clone(),
+                        request: None,
+                        best: Some(best.clone()),
+                        times: 1,
+                        done: 0,
+                        attempts: 0,
+                        aborted: 0,
+                    },
+                );
+            }
+            EventKind::RetimeRequested {
+                iteration,
+                candidate,
+                seed,
+                config,
+                source_hash,
+                times,
+                ..
+            } => {
+                self.retimes.insert(
+                    ev.seq,
+                    RetimeWork {
+                        iteration: *iteration,
+                        candidate: candidate.clone(),
+                        seed: seed.clone(),
+                        config: config.clone(),
+                        source_hash: source_hash.clone(),
+                        request: Some(ev.seq),
+                        best: None,
+                        times: *times,
+                        done: 0,
+                        attempts: 0,
+                        aborted: 0,
+                    },
+                );
+            }
+            EventKind::RetimeStarted {
+                iteration, request, ..
+            } => {
+                if let Some(w) = self.retime_entry(*request, *iteration) {
+                    w.attempts += 1;
+                }
+            }
+            EventKind::RetimeAborted {
+                iteration, request, ..
+            } => {
+                if let Some(w) = self.retime_entry(*request, *iteration) {
+                    w.aborted += 1;
+                }
+            }
+            EventKind::RetimeFinished {
+                iteration,
+                request,
+                result,
+                ..
+            } => {
+                self.gpu_ms += (result.elapsed_s * 1000.0).max(0.0) as u64;
+                match request {
+                    None => {
+                        self.confirming.remove(iteration);
+                    }
+                    Some(r) => {
+                        if let Some(w) = self.retimes.get_mut(r) {
+                            w.done += 1;
+                            w.attempts = 0;
+                            w.aborted = 0;
+                            if w.done >= w.times {
+                                self.retimes.remove(r);
+                            }
+                        }
+                    }
+                }
+            }
+            EventKind::WinChecked {
+                iteration,
+                confirmed,
+                ..
+            } => {
+                self.confirming.remove(iteration);
+                self.confirmations.insert(*iteration, *confirmed);
+            }
+            _ => {}
         }
     }
 
@@ -182,8 +338,17 @@ impl GoalProjection {
             | EventKind::DaemonStarted { .. }
             | EventKind::DaemonStopped { .. }
             | EventKind::DeviceHealth { .. }
+            | EventKind::SlurmJobSubmitted { .. }
+            | EventKind::SlurmJobStarted { .. }
+            | EventKind::SlurmJobEnded { .. }
             | EventKind::AgentFailed { .. }
             | EventKind::AgentRetrying { .. } => {}
+            EventKind::WinPending { .. }
+            | EventKind::RetimeRequested { .. }
+            | EventKind::RetimeStarted { .. }
+            | EventKind::RetimeAborted { .. }
+            | EventKind::RetimeFinished { .. }
+            | EventKind::WinChecked { .. } => self.apply_retime(ev),
             EventKind::Downtime { from_ms, to_ms } => {
                 if let Some(since) = self.running_since_ms {
                     self.wall_ms += from_ms.saturating_sub(since);

@@ -4,9 +4,10 @@
 //! `wire::MAX_LINE` get a -32600 answer and the connection is closed (the rest of the
 //! line cannot be told from the next request); so does a line not finished within
 //! `Limits::partial_line`. A line that is not UTF-8 gets -32700 and the connection goes
-//! on. At most `Limits::max_connections` are open at once, `Limits::max_per_user` per uid
-//! (root and kerneld's user excepted). The caller's uid comes from
-//! SO_PEERCRED and decides who may change a goal.
+//! on. At most `Limits::max_connections` are open at once and `Limits::max_per_user` per
+//! uid, root's included; the last `Limits::reserved()` are for root and kerneld's own user,
+//! so neither one user's idle clients nor root's lock anyone out. The caller's uid comes
+//! from SO_PEERCRED and decides who may change a goal.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -19,7 +20,6 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, RpcResult};
@@ -61,8 +61,8 @@ pub async fn bind(path: &Path) -> anyhow::Result<UnixListener> {
 pub struct Limits {
     /// Connections open at once; one more is answered with an error and closed.
     pub max_connections: usize,
-    /// Connections one uid may hold (root and kerneld's own user excepted), so that one
-    /// user's idle clients cannot lock everyone else out.
+    /// Connections one uid may hold, root and kerneld's own user too, so that no one
+    /// user's idle clients (root's neither) lock everyone else out.
     pub max_per_user: usize,
     /// From a line's first byte to its newline. Idle connections (no partial line, e.g.
     /// `events --follow` or a client between requests) do not time out.
@@ -83,15 +83,24 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// The defaults, with `KERNELD_RPC_MAX_CONNECTIONS` and `KERNELD_RPC_LINE_TIMEOUT_MS`
-    /// (tests, unusual deployments) applied when they parse.
+    /// Connections only root and kerneld's own user may take (an eighth of the total):
+    /// other users together fill at most the rest.
+    pub fn reserved(&self) -> usize {
+        self.max_connections / 8
+    }
+
+    /// The defaults, with `KERNELD_RPC_MAX_CONNECTIONS`, `KERNELD_RPC_MAX_PER_USER` and
+    /// `KERNELD_RPC_LINE_TIMEOUT_MS` (tests, unusual deployments) applied when they parse.
     pub fn from_env() -> Limits {
         let mut limits = Limits::default();
         let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
         if let Some(n) = env("KERNELD_RPC_MAX_CONNECTIONS").filter(|&n| n > 0) {
             limits.max_connections = n as usize;
-            limits.max_per_user = limits.max_per_user.min(limits.max_connections);
         }
+        if let Some(n) = env("KERNELD_RPC_MAX_PER_USER").filter(|&n| n > 0) {
+            limits.max_per_user = n as usize;
+        }
+        limits.max_per_user = limits.max_per_user.min(limits.max_connections);
         if let Some(ms) = env("KERNELD_RPC_LINE_TIMEOUT_MS").filter(|&ms| ms > 0) {
             limits.partial_line = Duration::from_millis(ms);
         }
@@ -110,35 +119,35 @@ pub async fn serve_with(
     stop: CancellationToken,
     limits: Limits,
 ) {
-    let open = Arc::new(Semaphore::new(limits.max_connections));
-    let per_user: Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>> = Arc::default();
-    let exempt = [0, nix::unistd::geteuid().as_raw()];
+    let counts: Arc<std::sync::Mutex<Counts>> = Arc::default();
+    let privileged = [0, nix::unistd::geteuid().as_raw()];
     let mut last_refusal_logged: Option<Instant> = None;
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    let Ok(permit) = open.clone().try_acquire_owned() else {
-                        refuse(&stream, limits.max_connections);
-                        if !matches!(last_refusal_logged, Some(t) if t.elapsed() < Duration::from_secs(60)) {
-                            last_refusal_logged = Some(Instant::now());
-                            tracing::warn!(
-                                "refusing connections: {} already open (more refusals this minute are not logged)",
-                                limits.max_connections
-                            );
-                        }
-                        continue;
-                    };
                     let uid = stream.peer_cred().map(|c| c.uid()).unwrap_or(u32::MAX);
-                    let Some(user_slot) = UserSlot::take(&per_user, uid, limits.max_per_user, &exempt) else {
-                        refuse_user(&stream, limits.max_per_user);
-                        continue;
+                    let slot = match UserSlot::take(&counts, uid, &limits, &privileged) {
+                        Ok(slot) => slot,
+                        Err(Refusal::User) => {
+                            refuse_user(&stream, limits.max_per_user);
+                            continue;
+                        }
+                        Err(Refusal::Full(open)) => {
+                            refuse(&stream, open);
+                            if !matches!(last_refusal_logged, Some(t) if t.elapsed() < Duration::from_secs(60)) {
+                                last_refusal_logged = Some(Instant::now());
+                                tracing::warn!(
+                                    "refusing connections: {open} already open (more refusals this minute are not logged)"
+                                );
+                            }
+                            continue;
+                        }
                     };
                     let engine = engine.clone();
                     let stop = stop.clone();
                     tokio::spawn(async move {
-                        let _permit = permit;
-                        let _user_slot = user_slot;
+                        let _slot = slot;
                         if let Err(e) = connection(stream, engine, stop, limits).await {
                             tracing::debug!("connection ended: {e}");
                         }
@@ -154,26 +163,53 @@ pub async fn serve_with(
     }
 }
 
-/// One connection counted against its uid; the count drops with it.
+/// Open connections, in all and per uid.
+#[derive(Default)]
+struct Counts {
+    total: usize,
+    per_uid: std::collections::HashMap<u32, usize>,
+}
+
+/// Why a connection is not taken.
+#[derive(Debug, PartialEq)]
+enum Refusal {
+    /// Its uid holds `max_per_user` already.
+    User,
+    /// The daemon holds this many, all it takes from this uid.
+    Full(usize),
+}
+
+/// One open connection, counted in all and against its uid; the counts drop with it.
 struct UserSlot {
-    counts: Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>>,
+    counts: Arc<std::sync::Mutex<Counts>>,
     uid: u32,
 }
 
 impl UserSlot {
+    /// Every uid gets at most `max_per_user`; other users than root and kerneld's own
+    /// (`privileged`) together leave the last `reserved()` connections free for them.
     fn take(
-        counts: &Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>>,
+        counts: &Arc<std::sync::Mutex<Counts>>,
         uid: u32,
-        max: usize,
-        exempt: &[u32],
-    ) -> Option<UserSlot> {
+        limits: &Limits,
+        privileged: &[u32],
+    ) -> Result<UserSlot, Refusal> {
         let mut c = counts.lock().unwrap();
-        let n = c.entry(uid).or_default();
-        if *n >= max && !exempt.contains(&uid) {
-            return None;
+        let total = if privileged.contains(&uid) {
+            limits.max_connections
+        } else {
+            limits.max_connections - limits.reserved()
+        };
+        if c.total >= total {
+            return Err(Refusal::Full(c.total));
+        }
+        let n = c.per_uid.entry(uid).or_default();
+        if *n >= limits.max_per_user {
+            return Err(Refusal::User);
         }
         *n += 1;
-        Some(UserSlot {
+        c.total += 1;
+        Ok(UserSlot {
             counts: counts.clone(),
             uid,
         })
@@ -183,10 +219,11 @@ impl UserSlot {
 impl Drop for UserSlot {
     fn drop(&mut self) {
         let mut c = self.counts.lock().unwrap();
-        if let Some(n) = c.get_mut(&self.uid) {
+        c.total -= 1;
+        if let Some(n) = c.per_uid.get_mut(&self.uid) {
             *n -= 1;
             if *n == 0 {
-                c.remove(&self.uid);
+                c.per_uid.remove(&self.uid);
             }
         }
     }
@@ -203,11 +240,11 @@ fn refuse_user(stream: &UnixStream, max: usize) {
 }
 
 /// Says why, without waiting (a fresh socket's buffer takes one short line), and closes.
-fn refuse(stream: &UnixStream, max: usize) {
+fn refuse(stream: &UnixStream, open: usize) {
     send_refusal(
         stream,
         format!(
-            "kerneld has {max} connections open, its limit; close idle clients \
+            "kerneld has {open} connections open, all it takes; close idle clients \
              (`kernelctl watch`, `events --follow`) and retry"
         ),
     );
@@ -290,7 +327,9 @@ async fn send(conn: &mut Conn, msg: &impl Serialize) -> anyhow::Result<()> {
     }
 }
 
-async fn connection(
+/// Serves one client until it hangs up (public for the fuzz target, which drives the real
+/// framing, parsing and dispatch through a socket pair).
+pub async fn connection(
     stream: UnixStream,
     engine: Arc<Engine>,
     stop: CancellationToken,
@@ -345,27 +384,14 @@ async fn connection(
         if line.trim().is_empty() {
             continue;
         }
-        let req: Request = match serde_json::from_str::<Value>(&line) {
-            Err(e) => {
-                let err = RpcError::new(code::PARSE_ERROR, format!("not JSON: {e}"));
-                send(&mut conn, &Response::err(Value::Null, err)).await?;
+        let (id, req) = match parse_request(&line) {
+            Parsed::Request(id, req) => (id, req),
+            Parsed::Notification => continue,
+            Parsed::Invalid(reply) => {
+                send(&mut conn, &reply).await?;
                 continue;
             }
-            Ok(v) => match serde_json::from_value::<Request>(v.clone()) {
-                Ok(r) if r.jsonrpc == "2.0" => r,
-                _ => {
-                    let id = v.get("id").cloned().unwrap_or(Value::Null);
-                    let err = RpcError::new(
-                        code::INVALID_REQUEST,
-                        "not a JSON-RPC 2.0 request (jsonrpc, method, id)",
-                    );
-                    send(&mut conn, &Response::err(id, err)).await?;
-                    continue;
-                }
-            },
         };
-        // A notification (no id) gets no answer; the daemon has no notification methods.
-        let Some(id) = req.id.clone() else { continue };
 
         let call = match req.call() {
             Ok(c) => c,
@@ -376,20 +402,65 @@ async fn connection(
             }
             Err(CallError::InvalidParams(m)) => {
                 let err = RpcError::new(code::INVALID_PARAMS, m);
+                crate::audit::refused(uid, &req, &err);
                 send(&mut conn, &Response::err(id, err)).await?;
                 continue;
             }
         };
         if let Call::Events(p) = &call {
             if p.follow {
-                return follow(conn, engine, id, p.clone(), stop).await;
+                return follow(conn, engine, id, p.clone(), stop, uid).await;
             }
         }
         let reply = match dispatch(&engine, call, uid).await {
             Ok(v) => Response::ok(id, v),
-            Err(e) => Response::err(id, e),
+            Err(e) => {
+                crate::audit::refused(uid, &req, &e);
+                Response::err(id, e)
+            }
         };
         send(&mut conn, &reply).await?;
+    }
+}
+
+/// One request line, read as JSON-RPC 2.0.
+pub enum Parsed {
+    /// A request and the id its answer carries (`null` included: it is an id).
+    Request(Value, Request),
+    /// No `id` member at all: it gets no answer (the daemon has no notification methods).
+    Notification,
+    /// Not a request: the error to answer.
+    Invalid(Response),
+}
+
+/// Reads one line as a request. Pure, so the fuzz target drives it directly.
+pub fn parse_request(line: &str) -> Parsed {
+    let v = match serde_json::from_str::<Value>(line) {
+        Ok(v) => v,
+        Err(e) => {
+            let err = RpcError::new(code::PARSE_ERROR, format!("not JSON: {e}"));
+            return Parsed::Invalid(Response::err(Value::Null, err));
+        }
+    };
+    // serde reads `"id": null` as no id; JSON-RPC says it is one, and its client waits.
+    let id = v.get("id").cloned();
+    let valid_id = matches!(
+        id,
+        None | Some(Value::Null | Value::Number(_) | Value::String(_))
+    );
+    match serde_json::from_value::<Request>(v) {
+        Ok(r) if r.jsonrpc == "2.0" && valid_id => match id {
+            Some(id) => Parsed::Request(id, r),
+            None => Parsed::Notification,
+        },
+        _ => {
+            let id = id.filter(|_| valid_id).unwrap_or(Value::Null);
+            let err = RpcError::new(
+                code::INVALID_REQUEST,
+                "not a JSON-RPC 2.0 request (jsonrpc \"2.0\", method, id a number or string)",
+            );
+            Parsed::Invalid(Response::err(id, err))
+        }
     }
 }
 
@@ -404,16 +475,18 @@ fn to_value<T: Serialize>(r: RpcResult<T>) -> RpcResult<Value> {
 async fn dispatch(engine: &Engine, call: Call, uid: u32) -> RpcResult<Value> {
     match call {
         Call::Enqueue(p) => to_value(engine.enqueue(p, uid).await),
-        Call::Status(p) => to_value(engine.status(p.goal.as_deref())),
-        Call::Show(p) => to_value(engine.show(&p.goal).await),
+        Call::Status(p) => to_value(engine.status(&p, uid)),
+        Call::Show(p) => to_value(engine.show(&p.goal, uid).await),
         Call::Pause(p) => to_value(engine.pause(&p.goal, uid).await),
         Call::Resume(p) => to_value(engine.resume(&p.goal, uid).await),
         Call::Cancel(p) => to_value(engine.cancel(&p.goal, uid).await),
-        Call::Best(p) => to_value(engine.best(&p.goal).await),
-        Call::Events(p) => to_value(engine.events(&p).await),
-        Call::Context(p) => to_value(engine.context(&p.goal).await),
+        Call::Best(p) => to_value(engine.best(&p.goal, uid).await),
+        Call::Events(p) => to_value(engine.events(&p, uid).await),
+        Call::Context(p) => to_value(engine.context(&p.goal, uid).await),
         Call::Gpus(_) => to_value(Ok(engine.gpus())),
         Call::Version(_) => to_value(engine.version()),
+        Call::Retime(p) => to_value(engine.retime(&p, uid).await),
+        Call::Retimes(p) => to_value(engine.retimes(&p, uid).await),
     }
 }
 
@@ -426,18 +499,19 @@ async fn follow(
     id: Value,
     p: EventsParams,
     stop: CancellationToken,
+    uid: u32,
 ) -> anyhow::Result<()> {
     let mut rx = engine.subscribe();
     let goal = match p
         .goal
         .as_deref()
-        .map(|g| engine.resolve_goal(g))
+        .map(|g| engine.resolve_goal(g, uid))
         .transpose()
     {
         Ok(g) => g,
         Err(e) => return send(&mut conn, &Response::err(id, e)).await,
     };
-    let backlog = match engine.events(&p).await {
+    let backlog = match engine.events(&p, uid).await {
         Ok(b) => b,
         Err(e) => return send(&mut conn, &Response::err(id, e)).await,
     };
@@ -490,7 +564,8 @@ async fn catch_up(
             limit: None,
             follow: false,
         };
-        let more = engine.events(&page).await.unwrap_or_default();
+        // `goal` is an id by now: it resolves alike for every caller.
+        let more = engine.events(&page, 0).await.unwrap_or_default();
         if more.is_empty() {
             return Ok(());
         }
@@ -514,21 +589,32 @@ mod user_slot_tests {
     use super::*;
 
     #[test]
-    fn one_user_cannot_hold_more_than_its_share_and_slots_come_back() {
+    fn no_uid_holds_more_than_its_share_and_the_reserve_is_for_root() {
         let counts = Arc::default();
-        let exempt = [0, 999];
-        let held: Vec<UserSlot> = (0..3)
-            .map(|_| UserSlot::take(&counts, 1000, 3, &exempt).unwrap())
+        let limits = Limits {
+            max_connections: 16,
+            max_per_user: 4,
+            ..Limits::default()
+        };
+        let privileged = [0, 999];
+        let take = |uid| UserSlot::take(&counts, uid, &limits, &privileged);
+        let held: Vec<UserSlot> = (0..4).map(|_| take(1000).unwrap()).collect();
+        assert_eq!(take(1000).err(), Some(Refusal::User));
+        // root is capped like anyone: its idle clients cannot fill the daemon either
+        let root: Vec<UserSlot> = (0..4).map(|_| take(0).unwrap()).collect();
+        assert_eq!(take(0).err(), Some(Refusal::User));
+        // other users fill what is left but the reserve (16 / 8 = 2)
+        let others: Vec<UserSlot> = (1001..1003)
+            .flat_map(|uid| (0..3).map(move |_| uid))
+            .map(|uid| take(uid).unwrap())
             .collect();
-        assert!(UserSlot::take(&counts, 1000, 3, &exempt).is_none());
-        // other users, root and kerneld's own user are not affected
-        assert!(UserSlot::take(&counts, 1001, 3, &exempt).is_some());
-        let root: Vec<UserSlot> = (0..5)
-            .map(|_| UserSlot::take(&counts, 0, 3, &exempt).unwrap())
-            .collect();
+        assert_eq!(take(1005).err(), Some(Refusal::Full(14)));
+        let daemon_user: Vec<UserSlot> = (0..2).map(|_| take(999).unwrap()).collect();
+        assert_eq!(take(999).err(), Some(Refusal::Full(16)));
         drop(held);
-        assert!(UserSlot::take(&counts, 1000, 3, &exempt).is_some());
-        drop(root);
-        assert!(counts.lock().unwrap().is_empty());
+        assert!(take(1000).is_ok());
+        drop((root, others, daemon_user));
+        let c = counts.lock().unwrap();
+        assert_eq!((c.total, c.per_uid.len()), (0, 0));
     }
 }

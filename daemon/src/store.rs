@@ -7,6 +7,7 @@
 //!
 //! redb is synchronous: async callers go through `tokio::task::spawn_blocking`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableTable, TableDefinition};
@@ -14,6 +15,12 @@ use redb::{Database, ReadableTable, TableDefinition};
 use crate::candidate::source_hash;
 use crate::projection::GoalProjection;
 use crate::wire::{EvaluationRecord, Event, EventKind, GoalSpec};
+
+mod check;
+#[cfg(test)]
+mod fault_tests;
+mod integrity;
+pub use check::CheckReport;
 
 /// seq → event JSON.
 const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
@@ -25,6 +32,9 @@ const GOALS: TableDefinition<&str, &[u8]> = TableDefinition::new("goals");
 const EVALS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("evaluations");
 /// source hash → candidate source text (non-seed candidates).
 const SOURCES: TableDefinition<&str, &str> = TableDefinition::new("sources");
+/// Slurm job id → SlurmJobRecord JSON: the jobs the log says kerneld holds (submitted
+/// and not ended). A restart reattaches to these or cancels them.
+const SLURM_JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("slurm_jobs");
 /// counters: "next_seq", "next_goal"; and "format": the layout version (`FORMAT`).
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// The key of the layout version in `META`.
@@ -46,6 +56,15 @@ pub enum StoreError {
         path: PathBuf,
         source: Box<redb::Error>,
     },
+    /// The file where a log was expected is empty, truncated or not a log.
+    #[error("event log {path} {what}; {todo}")]
+    Damaged {
+        path: PathBuf,
+        what: String,
+        todo: String,
+    },
+    #[error("no event log at {0}: nothing to check (is --state-dir the daemon's?)")]
+    Missing(PathBuf),
     #[error("event log: corrupt record: {0}")]
     Corrupt(String),
     #[error("no goal {0}")]
@@ -69,6 +88,20 @@ fn db_err(path: &Path, e: impl Into<redb::Error>) -> StoreError {
     }
 }
 
+/// Opens an existing, header-checked log file; a second opener gets `AlreadyOpen`.
+fn open_db(path: &Path) -> Result<Database, StoreError> {
+    match integrity::open_caught(path) {
+        Ok(db) => Ok(db),
+        Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(StoreError::AlreadyOpen(
+            path.parent().unwrap_or(path).to_path_buf(),
+        )),
+        Err(e @ redb::DatabaseError::Storage(redb::StorageError::Corrupted(_))) => {
+            Err(integrity::damaged(path, format!("is damaged: {e}")))
+        }
+        Err(e) => Err(db_err(path, e)),
+    }
+}
+
 /// An event before it is committed: the store gives it its sequence number and time.
 #[derive(Debug, Clone)]
 pub struct NewEvent {
@@ -88,6 +121,15 @@ impl NewEvent {
     }
 }
 
+/// A Slurm job the log says kerneld holds (projection of the slurm_job_* events).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SlurmJobRecord {
+    pub slot: String,
+    pub job: u64,
+    pub name: String,
+    pub node: Option<String>,
+}
+
 pub struct Store {
     db: Database,
     path: PathBuf,
@@ -104,17 +146,30 @@ pub fn now_ms() -> u64 {
 
 impl Store {
     /// Opens (or creates) the log. A second daemon on the same file gets `AlreadyOpen`.
+    /// An existing file is checked first and never re-initialized (`integrity`): an empty
+    /// or truncated log stops the start with what to do.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let db = match Database::create(path) {
-            Ok(db) => db,
-            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
-                return Err(StoreError::AlreadyOpen(
-                    path.parent().unwrap_or(path).to_path_buf(),
-                ))
-            }
-            Err(e) => return Err(db_err(path, e)),
-        };
-        Store::init(db, path)
+        if !integrity::check_existing(path)? {
+            integrity::create_atomically(path, |tmp| {
+                let db = Database::create(tmp).map_err(|e| db_err(tmp, e))?;
+                Store::init(db, tmp).map(drop)
+            })?;
+        }
+        // `open`, not `create`: redb never initializes an existing file as a new log.
+        Store::init(open_db(path)?, path)
+    }
+
+    /// Opens an existing log for `kerneld check`, as it is: a missing file is an error,
+    /// and nothing is created.
+    pub fn open_for_check(path: &Path) -> Result<Store, StoreError> {
+        if !integrity::check_existing(path)? {
+            return Err(StoreError::Missing(path.to_path_buf()));
+        }
+        Ok(Store {
+            db: open_db(path)?,
+            path: path.to_path_buf(),
+            broken: std::sync::Mutex::new(None),
+        })
     }
 
     /// Creates the tables on a freshly opened database.
@@ -132,6 +187,7 @@ impl Store {
             tx.open_table(GOALS).map_err(|e| db_err(path, e))?;
             tx.open_table(EVALS).map_err(|e| db_err(path, e))?;
             tx.open_table(SOURCES).map_err(|e| db_err(path, e))?;
+            tx.open_table(SLURM_JOBS).map_err(|e| db_err(path, e))?;
             let mut meta = tx.open_table(META).map_err(|e| db_err(path, e))?;
             let found = meta
                 .get(FORMAT_KEY)
@@ -243,6 +299,9 @@ impl Store {
             .map_or(1, |v| v.value());
         let time_ms = now_ms();
         let mut out = Vec::with_capacity(items.len());
+        // Projections this batch changed, written once at its end: a batch of many events
+        // of one goal (a log built in bulk) costs one projection write, not one per event.
+        let mut touched: BTreeMap<String, GoalProjection> = BTreeMap::new();
         for item in items {
             let ev = Event {
                 seq,
@@ -261,12 +320,15 @@ impl Store {
                     EventKind::GoalEnqueued { spec, owner_uid } => {
                         GoalProjection::new(goal, spec.clone(), *owner_uid, time_ms)
                     }
-                    _ => {
-                        let raw = goals.get(goal).map_err(|e| self.err(e))?;
-                        let raw = raw.ok_or_else(|| StoreError::NoGoal(goal.to_string()))?;
-                        serde_json::from_slice(raw.value())
-                            .map_err(|e| StoreError::Corrupt(e.to_string()))?
-                    }
+                    _ => match touched.remove(goal) {
+                        Some(p) => p,
+                        None => {
+                            let raw = goals.get(goal).map_err(|e| self.err(e))?;
+                            let raw = raw.ok_or_else(|| StoreError::NoGoal(goal.to_string()))?;
+                            serde_json::from_slice(raw.value())
+                                .map_err(|e| StoreError::Corrupt(e.to_string()))?
+                        }
+                    },
                 };
                 // Side tables that need the projection as it was before this event.
                 match &ev.kind {
@@ -306,16 +368,82 @@ impl Store {
                     _ => {}
                 }
                 proj.apply(&ev);
-                let bytes =
-                    serde_json::to_vec(&proj).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                goals
-                    .insert(goal, bytes.as_slice())
-                    .map_err(|e| self.err(e))?;
+                touched.insert(goal.to_string(), proj);
             }
+            self.project_slurm(tx, &ev.kind)?;
             out.push(ev);
             seq += 1;
         }
+        for (goal, proj) in touched {
+            let bytes =
+                serde_json::to_vec(&proj).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            goals
+                .insert(goal.as_str(), bytes.as_slice())
+                .map_err(|e| self.err(e))?;
+        }
         meta.insert("next_seq", seq).map_err(|e| self.err(e))?;
+        Ok(out)
+    }
+
+    /// Keeps the table of held Slurm jobs in step with the log (same transaction).
+    fn project_slurm(
+        &self,
+        tx: &redb::WriteTransaction,
+        kind: &EventKind,
+    ) -> Result<(), StoreError> {
+        let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
+        let rec = match kind {
+            EventKind::SlurmJobSubmitted {
+                slot, job, name, ..
+            } => SlurmJobRecord {
+                slot: slot.clone(),
+                job: *job,
+                name: name.clone(),
+                node: None,
+            },
+            EventKind::SlurmJobStarted {
+                slot, job, node, ..
+            } => {
+                let t = tx.open_table(SLURM_JOBS).map_err(|e| self.err(e))?;
+                let old = t.get(*job).map_err(|e| self.err(e))?;
+                let mut rec = match old {
+                    Some(raw) => serde_json::from_slice(raw.value()).map_err(corrupt)?,
+                    None => SlurmJobRecord {
+                        slot: slot.clone(),
+                        job: *job,
+                        name: String::new(),
+                        node: None,
+                    },
+                };
+                rec.node = Some(node.clone());
+                rec
+            }
+            EventKind::SlurmJobEnded { job, .. } => {
+                let mut t = tx.open_table(SLURM_JOBS).map_err(|e| self.err(e))?;
+                t.remove(*job).map_err(|e| self.err(e))?;
+                return Ok(());
+            }
+            _ => return Ok(()),
+        };
+        let bytes = serde_json::to_vec(&rec).map_err(corrupt)?;
+        let mut t = tx.open_table(SLURM_JOBS).map_err(|e| self.err(e))?;
+        t.insert(rec.job, bytes.as_slice())
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// The Slurm jobs the log says kerneld holds, by job id.
+    pub fn slurm_jobs(&self) -> Result<Vec<SlurmJobRecord>, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = tx.open_table(SLURM_JOBS).map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for row in t.iter().map_err(|e| self.err(e))? {
+            let (_, v) = row.map_err(|e| self.err(e))?;
+            out.push(
+                serde_json::from_slice(v.value())
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            );
+        }
         Ok(out)
     }
 
@@ -486,192 +614,6 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::wire::*;
-    use std::sync::Arc;
-
-    fn spec() -> GoalSpec {
-        crate::projection::test_spec("x")
-    }
-
-    fn temp_db() -> PathBuf {
-        std::env::temp_dir().join(format!(
-            "kerneld-store-{}-{}.redb",
-            std::process::id(),
-            rand::random::<u64>()
-        ))
-    }
-
-    /// Memory that can be made to fail writes like a full disk.
-    #[derive(Debug)]
-    struct FillableBackend {
-        inner: redb::backends::InMemoryBackend,
-        full: Arc<std::sync::atomic::AtomicBool>,
-    }
-
-    impl redb::StorageBackend for FillableBackend {
-        fn len(&self) -> Result<u64, std::io::Error> {
-            self.inner.len()
-        }
-        fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>, std::io::Error> {
-            self.inner.read(offset, len)
-        }
-        fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
-            self.check()?;
-            self.inner.set_len(len)
-        }
-        fn sync_data(&self, eventual: bool) -> Result<(), std::io::Error> {
-            self.check()?;
-            self.inner.sync_data(eventual)
-        }
-        fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
-            self.check()?;
-            self.inner.write(offset, data)
-        }
-    }
-
-    impl FillableBackend {
-        fn check(&self) -> Result<(), std::io::Error> {
-            if self.full.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err(std::io::Error::from_raw_os_error(28)); // ENOSPC
-            }
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn a_failed_write_makes_the_store_refuse_writes_with_a_clear_reason() {
-        let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let backend = FillableBackend {
-            inner: redb::backends::InMemoryBackend::new(),
-            full: full.clone(),
-        };
-        let db = redb::Builder::new().create_with_backend(backend).unwrap();
-        let store = Store::init(db, Path::new("/var/lib/kerneld/events.redb")).unwrap();
-        let (id, _) = store.enqueue_goal(spec(), 1000).unwrap();
-        assert!(store.unwritable().is_none());
-
-        full.store(true, std::sync::atomic::Ordering::SeqCst);
-        let state = |to| {
-            vec![NewEvent::goal(
-                &id,
-                EventKind::GoalStateChanged {
-                    from: GoalState::Queued,
-                    to,
-                    reason: None,
-                },
-            )]
-        };
-        assert!(store.append(state(GoalState::Running)).is_err());
-        let why = store.unwritable().expect("marked unwritable").to_string();
-        assert!(why.contains("/var/lib/kerneld/events.redb"), "{why}");
-        assert!(why.contains("free space"), "{why}");
-
-        // Space back: still refused (redb needs a reopen), at once and with the reason.
-        full.store(false, std::sync::atomic::Ordering::SeqCst);
-        let err = store.append(state(GoalState::Running)).unwrap_err();
-        assert!(matches!(err, StoreError::Unwritable { .. }), "{err}");
-        // Reads still work: status stays available while the daemon stops.
-        assert_eq!(store.goals().unwrap().len(), 1);
-    }
-
-    #[test]
-    fn sequence_is_dense_and_projection_equals_replay() {
-        let path = temp_db();
-        let store = Store::open(&path).unwrap();
-        let (id, _) = store.enqueue_goal(spec(), 1000).unwrap();
-        store
-            .append(vec![NewEvent::goal(
-                &id,
-                EventKind::GoalStateChanged {
-                    from: GoalState::Queued,
-                    to: GoalState::Running,
-                    reason: None,
-                },
-            )])
-            .unwrap();
-        store
-            .append(vec![NewEvent::goal(
-                &id,
-                EventKind::CandidateProposed {
-                    iteration: 1,
-                    candidate: "c1".into(),
-                    seed: "a.py".into(),
-                    config: serde_json::json!({"B": 1}),
-                    agent: "search".into(),
-                    source: None,
-                    note: None,
-                    tokens: None,
-                },
-            )])
-            .unwrap();
-        let all = store.events(None, 0, usize::MAX).unwrap();
-        let seqs: Vec<u64> = all.iter().map(|e| e.seq).collect();
-        assert_eq!(seqs, vec![1, 2, 3]);
-        assert_eq!(store.last_seq().unwrap(), 3);
-
-        let mut replay: Option<GoalProjection> = None;
-        for ev in store.events(Some(&id), 0, usize::MAX).unwrap() {
-            match &ev.kind {
-                EventKind::GoalEnqueued { spec, owner_uid } => {
-                    replay = Some(GoalProjection::new(
-                        &id,
-                        spec.clone(),
-                        *owner_uid,
-                        ev.time_ms,
-                    ))
-                }
-                _ => replay.as_mut().unwrap().apply(&ev),
-            }
-        }
-        assert_eq!(replay.unwrap(), store.goal(&id).unwrap().unwrap());
-        drop(store);
-        let _ = std::fs::remove_file(path);
-    }
-
-    #[test]
-    fn a_log_of_a_newer_format_is_refused_and_an_unversioned_one_is_stamped() {
-        let path = temp_db();
-        drop(Store::open(&path).unwrap());
-        let format = |path: &Path| {
-            let db = Database::create(path).unwrap();
-            let tx = db.begin_read().unwrap();
-            let meta = tx.open_table(META).unwrap();
-            let v = meta.get(FORMAT_KEY).unwrap().map(|v| v.value());
-            v
-        };
-        assert_eq!(format(&path), Some(FORMAT));
-        let set = |path: &Path, v: Option<u64>| {
-            let db = Database::create(path).unwrap();
-            let tx = db.begin_write().unwrap();
-            {
-                let mut meta = tx.open_table(META).unwrap();
-                match v {
-                    Some(v) => meta.insert(FORMAT_KEY, v).unwrap(),
-                    None => meta.remove(FORMAT_KEY).unwrap(),
-                };
-            }
-            tx.commit().unwrap();
-        };
-        set(&path, None);
-        drop(Store::open(&path).unwrap());
-        assert_eq!(format(&path), Some(FORMAT));
-        set(&path, Some(FORMAT + 1));
-        let e = Store::open(&path).err().expect("a newer format is refused");
-        assert!(matches!(e, StoreError::NewerFormat { found, .. } if found == FORMAT + 1));
-        assert!(e.to_string().contains("newer kerneld"), "{e}");
-        let _ = std::fs::remove_file(&path);
-    }
-
-    #[test]
-    fn second_open_is_refused() {
-        let path = temp_db();
-        let _a = Store::open(&path).unwrap();
-        match Store::open(&path) {
-            Err(StoreError::AlreadyOpen(_)) => {}
-            other => panic!("expected AlreadyOpen, got {:?}", other.err()),
-        }
-        let _ = std::fs::remove_file(path);
-    }
-}
+mod slurm_tests;
+#[cfg(test)]
+mod tests;

@@ -4,8 +4,10 @@
 //! It is small on purpose: `kernelctl` depends on this crate alone, so the client builds
 //! none of the daemon's dependencies (redb, NVML, notify, ...).
 
+pub mod limits;
 pub mod lines;
 pub mod paths;
 pub mod seeds;
+pub mod userfile;
 pub mod wire;
 pub mod worker;

@@ -7,6 +7,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use crate::userfile::UserFileError;
+
 /// Largest seed file sent with a goal.
 pub const MAX_SEED_BYTES: u64 = 1 << 20;
 
@@ -49,28 +51,16 @@ pub fn local_seed_files(goal_file: &Path, text: &str) -> Result<BTreeMap<String,
     let mut files = BTreeMap::new();
     for seed in seed_refs(text) {
         let path = goal_dir.join(&seed);
-        let Ok(meta) = std::fs::metadata(&path) else {
-            continue;
-        };
-        if !meta.is_file() {
-            continue;
-        }
-        if meta.len() > MAX_SEED_BYTES {
-            return Err(format!(
-                "seed {} is {} bytes; a seed may be at most {MAX_SEED_BYTES} bytes",
-                path.display(),
-                meta.len()
-            ));
-        }
-        match std::fs::read_to_string(&path) {
+        match crate::userfile::read_regular(&path, MAX_SEED_BYTES) {
             Ok(source) => {
                 files.insert(seed, source);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                return Err(format!("seed {} is not UTF-8 text", path.display()))
+            Err(e @ (UserFileError::TooLarge(_) | UserFileError::NotUtf8)) => {
+                return Err(format!("seed {}", e.describe(&path, MAX_SEED_BYTES)))
             }
-            // Unreadable for this user: the daemon says where it looked.
-            Err(_) => {}
+            // Missing, unreadable for this user, or not a file: the daemon says where it
+            // looked (a seed of the task's own, perhaps).
+            Err(UserFileError::Io(_) | UserFileError::NotRegular(_)) => {}
         }
     }
     Ok(files)

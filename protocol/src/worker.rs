@@ -49,6 +49,11 @@ pub struct Evaluate {
     pub timing: Timing,
     /// Registers, spills, shared memory per kernel.
     pub profile: bool,
+    /// Time it again (section 3, `retime`): a fresh runner, interleaved with a freshly
+    /// timed baseline, timed shapes only, one seed, no profile. Sent as `evaluate` with
+    /// this flag, which a worker that knows no `retime` answers with a plain evaluation.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retime: bool,
 }
 
 /// Overrides of the harness's timing defaults; every field absent means "the default".

@@ -4,74 +4,18 @@
 //! possible.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use kerneld::wire::{self, EventKind, GoalState};
 use kerneld_e2e::*;
 use serde_json::json;
 
-const NOBODY: &str = "65534";
-
-/// `setpriv` as uid/gid 65534 with no supplementary groups, ready for a program.
-const AS_NOBODY: [&str; 4] = [
-    "setpriv",
-    "--reuid=65534",
-    "--regid=65534",
-    "--clear-groups",
-];
-
-/// Runs `kernelctl` as uid/gid 65534.
-fn kernelctl_as_nobody(socket: &Path, args: &[&str]) -> Output {
-    kernelctl_under(&AS_NOBODY, socket, args)
-}
-
-/// A test directory every user can read, or None (with the reason printed) when this
-/// machine cannot run a client as another user.
-fn setup(tag: &str) -> Option<TempDir> {
-    let probe = Command::new(AS_NOBODY[0])
-        .args(&AS_NOBODY[1..])
-        .arg(binary("kernelctl"))
-        .arg("--version")
-        .output();
-    match probe {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => {
-            eprintln!(
-                "skipped: cannot run kernelctl as uid {NOBODY} (needs root, and a target dir \
-                 that uid may read): {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            );
-            return None;
-        }
-        Err(e) => {
-            eprintln!("skipped: setpriv is not available: {e}");
-            return None;
-        }
-    }
-    let dir = TempDir::new(tag);
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    Some(dir)
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn write_public(path: &Path, contents: &str) {
-    std::fs::write(path, contents).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
-}
-
 #[test]
 fn an_absolute_seed_naming_a_root_only_file_is_never_read_by_the_daemon() {
-    let Some(dir) = setup("sec-seed") else { return };
+    let Some(dir) = nobody_dir("sec-seed") else {
+        return;
+    };
     let secret = dir.path().join("secret.txt");
     std::fs::write(&secret, "TOPSECRET-LINE\n").unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -84,7 +28,7 @@ fn an_absolute_seed_naming_a_root_only_file_is_never_read_by_the_daemon() {
     let d = Daemon::start(dir.path());
 
     let out = kernelctl_as_nobody(&d.socket, &["enqueue", goal.to_str().unwrap()]);
-    let all = text(&out);
+    let all = output_text(&out);
     assert!(!out.status.success(), "{all}");
     assert!(
         all.contains("not in the task's directory") && all.contains("kernelctl sent no readable"),
@@ -106,7 +50,7 @@ fn an_absolute_seed_naming_a_root_only_file_is_never_read_by_the_daemon() {
 
 #[test]
 fn a_seed_next_to_the_goal_file_is_sent_by_the_client() {
-    let Some(dir) = setup("sec-local") else {
+    let Some(dir) = nobody_dir("sec-local") else {
         return;
     };
     let seed = std::fs::read_to_string(repo_root().join("kernels/demo/seeds/tiled.py")).unwrap();
@@ -121,7 +65,7 @@ fn a_seed_next_to_the_goal_file_is_sent_by_the_client() {
     );
     let d = Daemon::start(dir.path());
     let out = kernelctl_as_nobody(&d.socket, &["enqueue", goal.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", output_text(&out));
     let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let detail = d.call(wire::method::SHOW, json!({"goal": id}));
     let seeds = &detail["spec"]["seeds"];
@@ -143,7 +87,9 @@ fn a_seed_next_to_the_goal_file_is_sent_by_the_client() {
 
 #[test]
 fn a_task_path_from_an_unprivileged_user_is_refused() {
-    let Some(dir) = setup("sec-task") else { return };
+    let Some(dir) = nobody_dir("sec-task") else {
+        return;
+    };
     let goal = dir.path().join("mytask.toml");
     let task = repo_root().join("kernels/demo");
     write_public(
@@ -152,7 +98,7 @@ fn a_task_path_from_an_unprivileged_user_is_refused() {
     );
     let d = Daemon::start(dir.path());
     let out = kernelctl_as_nobody(&d.socket, &["enqueue", goal.to_str().unwrap()]);
-    let all = text(&out);
+    let all = output_text(&out);
     assert!(!out.status.success(), "{all}");
     assert!(
         all.contains(&format!("task `{}` refused", task.display()))
@@ -163,12 +109,14 @@ fn a_task_path_from_an_unprivileged_user_is_refused() {
     assert!(d.status().is_empty());
     // Root may.
     let out = kernelctl(&d.socket, &["enqueue", goal.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", output_text(&out));
 }
 
 #[test]
 fn a_command_agent_from_an_unprivileged_user_runs_as_that_user() {
-    let Some(dir) = setup("sec-cmd") else { return };
+    let Some(dir) = nobody_dir("sec-cmd") else {
+        return;
+    };
     let script = dir.path().join("agent.sh");
     write_public(
         &script,
@@ -185,7 +133,7 @@ fn a_command_agent_from_an_unprivileged_user_runs_as_that_user() {
     );
     let d = Daemon::start(dir.path());
     let out = kernelctl_as_nobody(&d.socket, &["enqueue", goal.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", output_text(&out));
     let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
 
     let proposed_note = || {
@@ -216,12 +164,14 @@ fn a_command_agent_from_an_unprivileged_user_runs_as_that_user() {
 
 #[test]
 fn unique_matches_only_the_callers_own_goals() {
-    let Some(dir) = setup("sec-uniq") else { return };
+    let Some(dir) = nobody_dir("sec-uniq") else {
+        return;
+    };
     let goal = demo_goal(dir.path(), "nightly", 1000, "");
     std::fs::set_permissions(&goal, std::fs::Permissions::from_mode(0o644)).unwrap();
     let d = Daemon::start(dir.path());
     let enqueue_unique = |out: Output| {
-        assert!(out.status.success(), "{}", text(&out));
+        assert!(out.status.success(), "{}", output_text(&out));
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
     let path = goal.to_str().unwrap();

@@ -161,6 +161,43 @@ pub fn event_summary(kind: &EventKind, fit_text: Fit) -> (String, Option<Style>)
             ),
             Some(Style::Dim),
         ),
+        EventKind::SlurmJobSubmitted {
+            slot,
+            job,
+            partition,
+            ..
+        } => (
+            format!("{slot}: Slurm job {job} submitted to partition {partition}"),
+            Some(Style::Dim),
+        ),
+        EventKind::SlurmJobStarted {
+            slot,
+            job,
+            node,
+            reattached,
+        } => (
+            format!(
+                "{slot}: Slurm job {job} {} on {node}",
+                if *reattached { "reattached" } else { "running" }
+            ),
+            Some(Style::Green),
+        ),
+        EventKind::SlurmJobEnded {
+            slot,
+            job,
+            state,
+            reason,
+        } => (
+            format!(
+                "{slot}: Slurm job {job} ended{}: {}",
+                state
+                    .as_deref()
+                    .map_or(String::new(), |s| format!(" ({s})")),
+                fit(reason, 80, fit_text)
+            ),
+            Some(Style::Yellow),
+        ),
+        other => crate::retime::event_summary(other, fit_text),
     }
 }
 

@@ -6,7 +6,7 @@
 mod events;
 mod show;
 
-pub use events::{event_line, health_str};
+pub use events::{event_line, health_str, result_summary};
 pub use show::{show, Mode};
 
 pub use crate::term::{
@@ -300,6 +300,11 @@ pub fn gpus(result: &GpusResult, now_ms: u64, paint: Paint) -> String {
         Some(note) => format!("mode: {} ({note})\n", result.mode),
         None => format!("mode: {}\n", result.mode),
     };
+    // Slurm slots add a column: the job behind the slot (id@node, state, time left).
+    let slurm = result
+        .devices
+        .iter()
+        .any(|d| d.slurm.is_some() || d.uuid.starts_with("slurm-"));
     let rows: Vec<Vec<Cell>> = result
         .devices
         .iter()
@@ -321,7 +326,7 @@ pub fn gpus(result: &GpusResult, now_ms: u64, paint: Paint) -> String {
                 ),
                 None => ("-".into(), "-".into(), "-".into()),
             };
-            vec![
+            let mut row = vec![
                 Cell::new(&d.uuid),
                 Cell::new(&d.name),
                 Cell::new(health).styled(style),
@@ -330,23 +335,37 @@ pub fn gpus(result: &GpusResult, now_ms: u64, paint: Paint) -> String {
                 Cell::num(since),
                 Cell::num(d.evaluations.to_string()),
                 Cell::num(duration(d.busy_s)),
-            ]
+            ];
+            if slurm {
+                row.push(Cell::new(match &d.slurm {
+                    Some(j) => format!(
+                        "{}@{} {}{}",
+                        j.job,
+                        j.node.as_deref().unwrap_or("-"),
+                        j.state,
+                        j.time_left_s
+                            .map_or(String::new(), |t| format!(" {} left", duration(t as f64)))
+                    ),
+                    None => "-".into(),
+                }));
+            }
+            row
         })
         .collect();
-    out.push_str(&table(
-        &[
-            "UUID",
-            "NAME",
-            "HEALTH",
-            "LEASE",
-            "CANDIDATE",
-            "SINCE",
-            "EVALS",
-            "BUSY",
-        ],
-        &rows,
-        paint,
-    ));
+    let mut headers = vec![
+        "UUID",
+        "NAME",
+        "HEALTH",
+        "LEASE",
+        "CANDIDATE",
+        "SINCE",
+        "EVALS",
+        "BUSY",
+    ];
+    if slurm {
+        headers.push("SLURM JOB");
+    }
+    out.push_str(&table(&headers, &rows, paint));
     if let Some(sb) = &result.sandbox {
         out.push_str(&sandbox(sb, paint));
     }
@@ -555,6 +574,7 @@ mod tests {
                 worker_pid: Some(4242),
                 evaluations: 5,
                 busy_s: 75.0,
+                slurm: None,
             }],
             sandbox: None,
         };
@@ -573,5 +593,52 @@ mod tests {
         ] {
             assert!(row.contains(part), "{part} missing in {row}");
         }
+    }
+
+    #[test]
+    fn gpus_table_shows_slurm_jobs() {
+        use kerneld_protocol::wire::SlurmJobStatus;
+        let slot = |uuid: &str, slurm: Option<SlurmJobStatus>| GpuStatus {
+            uuid: uuid.into(),
+            name: "Slurm gpu (gpu:1)".into(),
+            compute_capability: None,
+            memory_total_mib: None,
+            sm_clock_mhz: None,
+            health: Health::Healthy,
+            health_reason: None,
+            lease: None,
+            worker_pid: None,
+            evaluations: 0,
+            busy_s: 0.0,
+            slurm,
+        };
+        let result = GpusResult {
+            mode: "gpu".into(),
+            note: None,
+            sandbox: None,
+            devices: vec![
+                slot(
+                    "slurm-0",
+                    Some(SlurmJobStatus {
+                        job: 17,
+                        node: Some("node3".into()),
+                        state: "RUNNING".into(),
+                        time_left_s: Some(3600),
+                    }),
+                ),
+                slot("slurm-1", None),
+            ],
+        };
+        let text = gpus(&result, 0, Paint::OFF);
+        assert!(text.lines().nth(1).unwrap().contains("SLURM JOB"), "{text}");
+        let row = text.lines().nth(2).unwrap();
+        assert!(
+            row.contains("17@node3 RUNNING 1h") && row.contains("left"),
+            "{row}"
+        );
+        assert!(
+            text.lines().nth(3).unwrap().trim_end().ends_with('-'),
+            "{text}"
+        );
     }
 }

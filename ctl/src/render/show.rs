@@ -59,6 +59,15 @@ pub fn show(detail: &GoalDetail, mode: Mode, paint: Paint) -> String {
             paint.paint(&format!("{key:<10}"), Some(Style::Dim))
         );
     }
+    if let Some(b) = &g.best {
+        if let Some(flag) = crate::retime::show_flag(detail, b.iteration, Some(b.speedup)) {
+            let _ = writeln!(
+                out,
+                "  {}  {flag}",
+                paint.paint("flag      ", Some(Style::Yellow))
+            );
+        }
+    }
     out.push('\n');
     if detail.recent.is_empty() {
         out.push_str("no evaluations yet\n");
@@ -76,6 +85,11 @@ pub fn show(detail: &GoalDetail, mode: Mode, paint: Paint) -> String {
                 Cell::new(&e.seed),
             ];
             row.extend(result_cells(&e.result));
+            // The >10x flag leads the message (retime.rs).
+            if let Some(flag) = crate::retime::show_flag(detail, e.iteration, e.result.speedup) {
+                let msg = row.pop().map(|c| c.text).unwrap_or_default();
+                row.push(Cell::new(format!("[{flag}] {msg}").trim_end()).styled(Style::Yellow));
+            }
             row
         })
         .collect();
@@ -270,6 +284,7 @@ mod tests {
                 result,
                 device: None,
             }],
+            confirmations: Default::default(),
         }
     }
 

@@ -105,6 +105,8 @@ pub struct Progress {
     pub points: Vec<Point>,
     /// Strictly rising; from the daemon's `new_best` events (or the points, when it has none).
     pub best: Vec<Step>,
+    /// Correct evaluations over 10x, with why they are flagged (confirmed by a re-time or not).
+    pub flags: Vec<crate::retime::Flagged>,
 }
 
 impl Progress {
@@ -118,6 +120,7 @@ impl Progress {
             interpreted: false,
             points: Vec::new(),
             best: Vec::new(),
+            flags: Vec::new(),
         };
         let mut announced = Vec::new();
         for ev in events {
@@ -139,6 +142,7 @@ impl Progress {
             announced
         };
         p.best = rising(steps);
+        p.flags = crate::retime::flagged(&p.points, events);
         p
     }
 

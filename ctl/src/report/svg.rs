@@ -106,6 +106,9 @@ fn title(s: &mut String, p: &Progress) {
         r#"<text x="{LEFT}" y="30" font-size="18" font-weight="bold">{name}: speedup per evaluation</text>"#
     );
     let mut sub = p.headline();
+    if let Some(f) = p.flags.last() {
+        let _ = write!(sub, " · #{} {}", f.iteration, f.flag);
+    }
     if p.interpreted {
         sub.push_str(" · interpreted (CPU mode): not GPU timings");
     }

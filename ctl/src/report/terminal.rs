@@ -95,6 +95,15 @@ pub fn terminal(p: &Progress, columns: usize, paint: Paint) -> String {
         " ".repeat(gap)
     );
     out.push_str(&best_bars(p, paint));
+    for f in &p.flags {
+        let line = format!(
+            "#{} {}: {}",
+            f.iteration,
+            render::speedup(f.speedup),
+            f.flag
+        );
+        let _ = writeln!(out, "{}", paint.paint(&line, Some(Style::Yellow)));
+    }
     out
 }
 

@@ -97,11 +97,11 @@ pub fn messages(
     // The bytes of the prompt besides the memory, given the source section's size.
     let around = |section: usize| system.len() + section + 1 + INSTRUCTION.len();
     let room = budget.saturating_sub(around(source_section("").len()));
-    let wanted_memory = context::memory(history, room).len();
+    let wanted_memory = context::memory(history, &goal.confirmations, room).len();
     let code = context::clip_source(source, room - wanted_memory.min(room / 4));
     let code_section = source_section(&code);
     let memory_room = budget.saturating_sub(around(code_section.len()));
-    let mut user = context::memory(history, memory_room);
+    let mut user = context::memory(history, &goal.confirmations, memory_room);
     user.push_str(&code_section);
     user.push('\n');
     user.push_str(INSTRUCTION);

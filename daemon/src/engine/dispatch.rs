@@ -40,6 +40,7 @@ impl Engine {
                     self.check_wall_budgets().await;
                     if ticks.is_multiple_of(HEALTH_EVERY) {
                         self.check_health().await;
+                        self.slurm_tick().await; // HOOK(slurm)
                     }
                     if let Some(f) = self.on_tick.lock().unwrap().as_ref() {
                         f(&self.status_line());
@@ -74,6 +75,7 @@ impl Engine {
         for w in workers {
             w.shutdown().await;
         }
+        self.slurm_stop().await; // HOOK(slurm)
     }
 
     pub(super) fn dispatch(self: &Arc<Self>) {
@@ -92,9 +94,15 @@ impl Engine {
                 .goals
                 .values()
                 .filter(|g| {
-                    matches!(g.proj.state, GoalState::Queued | GoalState::Running)
-                        && !g.exhausted
-                        && g.not_before.is_none_or(|t| t <= now)
+                    // An owed re-time nobody runs (retime.rs) makes an exhausted running
+                    // goal, or a completed one, worth a lease.
+                    let owed = g.proj.retime_work().any(|w| !g.retiming.contains(&w.key()));
+                    let runnable = match g.proj.state {
+                        GoalState::Queued | GoalState::Running => !g.exhausted || owed,
+                        GoalState::Completed => owed,
+                        _ => false,
+                    };
+                    runnable && g.not_before.is_none_or(|t| t <= now)
                 })
                 .map(|g| Contender {
                     goal: g.proj.id.clone(),

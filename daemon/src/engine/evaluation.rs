@@ -63,9 +63,13 @@ impl Engine {
                 }
                 Ok(Err(msg)) => (json!({}), json!({}), Some(msg)),
                 Err(e) => {
+                    Self::discard(worker).await;
+                    // HOOK(slurm): the job went, not the seed's fault: describe it again later.
+                    if self.slurm_job_lost(slot).await.is_some() {
+                        return Ok(false);
+                    }
                     // The worker died or hung importing the seed: record it as a rejection
                     // of that seed rather than retrying forever.
-                    Self::discard(worker).await;
                     (json!({}), json!({}), Some(format!("describe failed: {e}")))
                 }
             };
@@ -124,33 +128,66 @@ impl Engine {
         cancel: &CancellationToken,
         why: &Mutex<Option<String>>,
     ) -> anyhow::Result<Option<EvalResult>> {
-        let source = self.candidate_source(goal, &p.seed, p.source_hash.as_deref())?;
+        // Fresh correctness seeds for every evaluation (and every attempt), reproducible from the log.
+        let seeds = correctness_seeds(
+            &p.candidate,
+            p.iteration,
+            p.attempts,
+            0,
+            SEEDS_PER_EVALUATION,
+        );
+        let req =
+            self.evaluate_request(goal, &p.seed, p.source_hash.as_deref(), &p.config, seeds)?;
+        match self.run_evaluate(slot, req, worker, cancel, why).await {
+            Outcome::Done(r) => Ok(Some(*r)),
+            Outcome::Aborted(reason) => {
+                let device = self.slot_uuid(slot);
+                self.abort(goal, p, &device, &reason).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// The `evaluate` request for a candidate of this goal (profiled, not a re-time).
+    pub(super) fn evaluate_request(
+        &self,
+        goal: &str,
+        seed: &str,
+        source_hash: Option<&str>,
+        config: &Value,
+        seeds: Vec<u64>,
+    ) -> anyhow::Result<worker::Evaluate> {
+        let source = self.candidate_source(goal, seed, source_hash)?;
         let path = self.source_file(&source)?;
         let spec = self.state.lock().unwrap().goals[goal].proj.spec.clone();
-        // Fresh correctness seeds for every evaluation (and every attempt), reproducible from the log.
-        let base = u64::from_str_radix(&p.candidate[..8.min(p.candidate.len())], 16).unwrap_or(0);
-        let seeds: Vec<u64> = (0..SEEDS_PER_EVALUATION as u64)
-            .map(|i| {
-                (base ^ (p.iteration << 20) ^ ((p.attempts as u64) << 40)).wrapping_add(i * 7919)
-                    % 1_000_000_007
-            })
-            .collect();
         // No timing: the harness's DEFAULT_TIMING is the one definition (goals override none yet).
-        let req = worker::Request::Evaluate(worker::Evaluate {
+        Ok(worker::Evaluate {
             task_dir: spec.task_dir.clone(),
             candidate: path.display().to_string(),
-            config: p.config.clone(),
+            config: config.clone(),
             shapes: spec.shapes.clone(),
             baseline: spec.baseline.clone(),
             seeds,
             timing: worker::Timing::default(),
             profile: true,
-        });
-        let device = self.slot_uuid(slot);
+            retime: false,
+        })
+    }
+
+    /// Sends one `evaluate` (or re-time) to the slot's worker: its result (a failure the
+    /// daemon assigns when the worker died or hung), or why it was abandoned (the caller
+    /// records the abort: what was aborted differs).
+    pub(super) async fn run_evaluate(
+        &self,
+        slot: usize,
+        req: worker::Evaluate,
+        worker: &mut Option<Worker>,
+        cancel: &CancellationToken,
+        why: &Mutex<Option<String>>,
+    ) -> Outcome {
+        let req = worker::Request::Evaluate(req);
         if worker.is_none() && !self.ensure_worker(slot, worker, cancel).await {
-            self.abort(goal, p, &device, "no worker could be started")
-                .await?;
-            return Ok(None);
+            return Outcome::Aborted("no worker could be started".into());
         }
         let started = Instant::now();
         let w = worker.as_mut().expect("ensured");
@@ -168,8 +205,7 @@ impl Engine {
                     Self::discard(worker).await;
                 }
                 let why = why.lock().unwrap().clone().unwrap_or_else(|| "daemon stopping".into());
-                self.abort(goal, p, &device, &why).await?;
-                return Ok(None);
+                return Outcome::Aborted(why);
             }
         };
         let elapsed = started.elapsed().as_secs_f64();
@@ -215,6 +251,12 @@ impl Engine {
             }
             Err(WorkerError::Died { status, stderr }) => {
                 Self::discard(worker).await;
+                // HOOK(slurm): Slurm took the job (scancel, time limit, preemption, node
+                // failure): the evaluation runs again on a new job, like after a restart.
+                // The caller records the abort, so the candidate stays pending and runs again.
+                if let Some(why) = self.slurm_job_lost(slot).await {
+                    return Outcome::Aborted(why);
+                }
                 EvalResult::failure(
                     ResultClass::Crashed,
                     format!("the worker died ({status}); its last output:\n{stderr}"),
@@ -226,7 +268,7 @@ impl Engine {
                 EvalResult::failure(ResultClass::Error, e.to_string(), elapsed)
             }
         };
-        Ok(Some(result))
+        Outcome::Done(Box::new(result))
     }
 
     pub(super) async fn abort(
@@ -253,8 +295,9 @@ impl Engine {
         Ok(())
     }
 
-    /// Records a result (and a new best, when it beats the old one beyond the noise),
-    /// then applies the stop rules.
+    /// Records a result (and a would-be best, when it beats the old one beyond the noise:
+    /// `WinPending`, confirmed by a re-time before it becomes `NewBest`), then applies the
+    /// stop rules.
     pub(super) async fn record(
         &self,
         goal: &str,
@@ -306,12 +349,14 @@ impl Engine {
                 result,
             },
         ));
+        // Not a best yet: a win counts once a re-time in a fresh runner, against a freshly
+        // timed baseline, holds it (`retime::check_win`); the lease runs that re-time next.
         if let Some(best) = new_best {
             items.push(NewEvent::goal(
                 goal,
-                EventKind::NewBest {
+                EventKind::WinPending {
                     best,
-                    previous: prev.map(|b| b.speedup),
+                    source_hash: p.source_hash.clone(),
                 },
             ));
         }
@@ -343,6 +388,32 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// What became of a request sent to the worker.
+pub(super) enum Outcome {
+    Done(Box<EvalResult>),
+    /// Abandoned (pause, cancel, stop, no worker): why.
+    Aborted(String),
+}
+
+/// Correctness seeds, fresh for every evaluation, attempt and re-time (`salt`), and
+/// reproducible from the log.
+pub(super) fn correctness_seeds(
+    candidate: &str,
+    iteration: u64,
+    attempts: u32,
+    salt: u64,
+    n: usize,
+) -> Vec<u64> {
+    let base = u64::from_str_radix(&candidate[..8.min(candidate.len())], 16).unwrap_or(0);
+    (0..n as u64)
+        .map(|i| {
+            (base ^ (iteration << 20) ^ ((attempts as u64) << 40) ^ salt.rotate_left(52))
+                .wrapping_add(i * 7919)
+                % 1_000_000_007
+        })
+        .collect()
 }
 
 /// A typed request over the worker's line transport: the reply as `Reply<T>`, or why it

@@ -62,6 +62,14 @@ impl Engine {
         if !self.describe_seeds(goal, slot, worker, cancel).await? {
             return Ok(());
         }
+        // Owed re-times first: a would-be best waits on its confirmation (after a restart
+        // too), and a `retime` request runs before new work.
+        if self
+            .run_owed_retime(goal, slot, worker, cancel, why)
+            .await?
+        {
+            return Ok(());
+        }
         let Some(work) = self.take_work(goal, slot, cancel).await? else {
             return Ok(());
         };
@@ -97,7 +105,21 @@ impl Engine {
                 rt.active.remove(&work.iteration);
             }
         }
-        outcome
+        outcome?;
+        // A win this evaluation produced is re-timed at once, on the same device, before
+        // the slot goes to anyone else.
+        let owed = self
+            .state
+            .lock()
+            .unwrap()
+            .goals
+            .get(goal)
+            .is_some_and(|rt| rt.proj.confirming.contains_key(&work.iteration));
+        if owed && !cancel.is_cancelled() {
+            self.run_owed_retime(goal, slot, worker, cancel, why)
+                .await?;
+        }
+        Ok(())
     }
 
     /// Picks what this lease evaluates: a pending candidate first (a restart's re-run),

@@ -7,6 +7,7 @@
 //! - `iteration`: one lease = one iteration: take work (a pending candidate, else the
 //!   agent's proposal), commit `CandidateProposed` + `EvaluationStarted`;
 //! - `evaluation`: the worker evaluates; `EvaluationFinished` (+ `NewBest`) committed;
+//! - `retime`: a would-be best is re-timed before `NewBest`; `retime` requests;
 //! - `stop`: stop rules and budgets, ending a goal and its leases;
 //! - `auth`: who may name tasks by path, run commands, change a goal;
 //! - `ops/`: one file per RPC operation (the control plane). Internal code never calls
@@ -25,7 +26,10 @@ mod dispatch;
 mod evaluation;
 mod iteration;
 pub(crate) mod ops;
+mod retime;
 mod slots;
+// Slurm slots: the hooks marked HOOK(slurm) call into this room.
+mod slurm;
 mod sources;
 mod stop;
 mod waiting;
@@ -70,6 +74,8 @@ struct GoalRt {
     leases: Vec<LeaseRt>,
     /// Pending iterations a lease is evaluating right now.
     active: BTreeSet<u64>,
+    /// Owed re-times a lease runs right now (`RetimeWork::key`).
+    retiming: BTreeSet<(Option<u64>, u64)>,
     served: u64,
     /// The agent had nothing new; cleared when a result lands (it may open new neighbours).
     exhausted: bool,
@@ -89,6 +95,7 @@ impl GoalRt {
             proj,
             leases: Vec::new(),
             active: BTreeSet::new(),
+            retiming: BTreeSet::new(),
             served: 0,
             exhausted: false,
             agent_failures: 0,
@@ -140,6 +147,9 @@ pub struct Engine {
     /// a scheduler that stops ticking stops the pings.
     on_tick: Mutex<Option<TickFn>>,
     started: Instant,
+    /// HOOK(slurm): the Slurm slots (after the local ones, from `first_slurm` on).
+    slurm: Option<Arc<crate::slurm::SlurmSlots>>,
+    first_slurm: usize,
     /// The evaluation sandbox as found at start (crate::sandbox).
     pub(super) sandbox: crate::sandbox::Runtime,
 }
@@ -164,8 +174,25 @@ impl Engine {
             let s = store.clone();
             tokio::task::spawn_blocking(move || s.goals()).await??
         };
-        let slots = devices
-            .devices()
+        // HOOK(slurm): Slurm slots after the local ones; a host that would only be the CPU
+        // fallback (a login node) serves no evaluations itself unless `local = true`.
+        let slurm = cfg.slurm.clone().map(|c| {
+            Arc::new(crate::slurm::SlurmSlots::new(crate::slurm::Cluster::new(
+                c,
+                &cfg.state_dir,
+            )))
+        });
+        let mut infos = devices.devices();
+        if let Some(c) = &cfg.slurm {
+            if !c.local.unwrap_or(devices.mode() == "gpu") {
+                infos.clear();
+            }
+        }
+        let first_slurm = infos.len();
+        if let Some(s) = &slurm {
+            infos.extend(s.devices(!cfg.force_cpu));
+        }
+        let slots = infos
             .into_iter()
             .map(|info| Slot {
                 info,
@@ -189,7 +216,10 @@ impl Engine {
         let (events, _) = broadcast::channel(4096);
         let sandbox = {
             let cfg = cfg.clone();
-            tokio::task::spawn_blocking(move || crate::sandbox::Runtime::detect(&cfg)).await?
+            // GPU mode: the start-up trial inits CUDA on one GPU (sandbox::widen).
+            let gpu = devices.devices().into_iter().find(|d| d.is_gpu);
+            tokio::task::spawn_blocking(move || crate::sandbox::Runtime::detect(&cfg, gpu.as_ref()))
+                .await?
         };
         sandbox.log();
         let engine = Arc::new(Engine {
@@ -205,6 +235,8 @@ impl Engine {
             fatal_reason: Mutex::new(None),
             on_tick: Mutex::new(None),
             started: Instant::now(),
+            slurm,
+            first_slurm,
             sandbox,
         });
         let mode = engine.devices.mode().to_string();
@@ -246,6 +278,7 @@ impl Engine {
             }
         }
         engine.commit(items).await?;
+        engine.slurm_recover().await?; // HOOK(slurm)
         Ok(engine)
     }
 
@@ -296,7 +329,7 @@ impl Engine {
                 }
             )*};
         }
-        restart_only!(state_dir, socket, gpu_allow, force_cpu, spool_dir, sandbox);
+        restart_only!(state_dir, socket, gpu_allow, force_cpu, spool_dir, slurm, sandbox);
         changed
     }
 
@@ -391,43 +424,21 @@ impl Engine {
 
     // -- looking goals up --------------------------------------------------------
 
-    fn resolve(&self, goal_ref: &str) -> RpcResult<String> {
+    /// The goal `goal_ref` (an id or a name) means for `uid`: its own first
+    /// (`crate::resolve`).
+    fn resolve(&self, goal_ref: &str, uid: u32) -> RpcResult<String> {
         let st = self.state.lock().unwrap();
-        if st.goals.contains_key(goal_ref) {
-            return Ok(goal_ref.to_string());
-        }
-        // By name: the one active goal of that name, else the newest of that name. Two
-        // active goals of one name are ambiguous: acting on either silently would surprise.
-        let mut named: Vec<&GoalRt> = st
-            .goals
-            .values()
-            .filter(|g| g.proj.spec.name == goal_ref)
-            .collect();
-        named.sort_by_key(|g| (g.proj.created_ms, g.proj.id.len(), g.proj.id.clone()));
-        let active: Vec<&str> = named
-            .iter()
-            .filter(|g| !g.proj.state.is_terminal())
-            .map(|g| g.proj.id.as_str())
-            .collect();
-        if active.len() > 1 {
-            return Err(rpc_err(
-                code::INVALID_PARAMS,
-                format!(
-                    "`{goal_ref}` names {} active goals ({}); use an id",
-                    active.len(),
-                    active.join(", ")
-                ),
-            ));
-        }
-        if let Some(id) = active.first() {
-            return Ok(id.to_string());
-        }
-        named.last().map(|g| g.proj.id.clone()).ok_or_else(|| {
-            rpc_err(
-                code::GOAL_NOT_FOUND,
-                format!("no goal `{goal_ref}` (by id or name); `kernelctl status` lists them"),
-            )
-        })
+        crate::resolve::resolve(
+            st.goals.values().map(|g| crate::resolve::Candidate {
+                id: &g.proj.id,
+                name: &g.proj.spec.name,
+                owner_uid: g.proj.owner_uid,
+                state: g.proj.state,
+                created_ms: g.proj.created_ms,
+            }),
+            goal_ref,
+            uid,
+        )
     }
 
     fn summary(&self, goal: &str) -> RpcResult<GoalSummary> {
@@ -440,8 +451,8 @@ impl Engine {
     }
 
     /// Resolves a goal reference for event filtering (follow mode).
-    pub fn resolve_goal(&self, goal: &str) -> RpcResult<String> {
-        self.resolve(goal)
+    pub fn resolve_goal(&self, goal: &str, uid: u32) -> RpcResult<String> {
+        self.resolve(goal, uid)
     }
 
     /// Records the graceful stop (after the loop has recorded every abort).

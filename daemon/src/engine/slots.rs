@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::Engine;
-use crate::harness::{Worker, WorkerSpec};
+use crate::harness::{Worker, WorkerError, WorkerSpec};
 use crate::store::NewEvent;
 use crate::wire::*;
 
@@ -21,6 +21,7 @@ impl Engine {
             let due = s.not_before.is_none_or(|t| t <= Instant::now());
             if s.worker.is_some()
                 || s.warming
+                || self.slurm_waits_for_lease(slot) // HOOK(slurm)
                 || s.lease.is_some()
                 || s.health != Health::Healthy
                 || !due
@@ -61,6 +62,7 @@ impl Engine {
                 self.config().worker_max_address_space_cpu
             },
             start_timeout: self.config().worker_start_timeout,
+            launcher: Vec::new(),
             sandbox: self.sandbox.worker(&self.config(), slot, &info),
         }
     }
@@ -80,10 +82,19 @@ impl Engine {
         if worker.is_some() {
             return true;
         }
-        let spec = self.worker_spec(slot);
-        let started = tokio::select! {
-            r = Worker::start(&spec) => r,
-            _ = cancel.cancelled() => return false,
+        let mut spec = self.worker_spec(slot);
+        // HOOK(slurm): a Slurm slot's worker runs under its job's srun. Not raced against
+        // `cancel`: it watches it itself, and must record (and scancel) a job it asked for.
+        let started = match self.slurm_launcher(slot, cancel).await {
+            _ if cancel.is_cancelled() => return false,
+            Ok(launcher) => {
+                spec.launcher = launcher;
+                tokio::select! {
+                    r = Worker::start(&spec) => r,
+                    _ = cancel.cancelled() => return false,
+                }
+            }
+            Err(e) => Err(WorkerError::NoPlace(format!("{e:#}"))),
         };
         match started {
             Ok(w) => {
@@ -127,6 +138,8 @@ impl Engine {
                 st.slots
                     .iter()
                     .enumerate()
+                    // HOOK(slurm): Slurm watches its own nodes; NVML here cannot.
+                    .filter(|(i, _)| self.slurm_index(*i).is_none())
                     .map(|(i, s)| {
                         (
                             i,

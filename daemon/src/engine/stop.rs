@@ -23,6 +23,7 @@ impl Engine {
             if g.evaluations > 0
                 && g.iteration.saturating_sub(g.last_improvement) >= p
                 && g.pending.is_empty()
+                && g.confirming.is_empty()
             {
                 return Some((GoalState::Completed, "plateau".into()));
             }

@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
+use kerneld_protocol::limits;
 use kerneld_protocol::seeds::OneOrMany;
 pub use kerneld_protocol::seeds::{local_seed_files, seed_refs, MAX_SEED_BYTES};
 
@@ -126,6 +127,7 @@ pub fn parse(
     requester: &Requester,
 ) -> Result<GoalSpec, GoalError> {
     let cx = Ctx { file: path, text };
+    limits::goal_file(path, text.len() as u64).map_err(|m| cx.err(0..0, m))?;
     errors::check_types(&cx)?;
     let raw: RawGoal = toml::from_str(text).map_err(|e| errors::toml_error(&cx, &e))?;
 
@@ -155,6 +157,8 @@ pub fn parse(
             ),
         ));
     }
+
+    limits::name(&name).map_err(|m| cx.err(raw.name.span(), m))?;
 
     let goal_dir = Path::new(path).parent().unwrap_or(Path::new("."));
     let task = Task::resolve(raw.task.get_ref(), goal_dir, kernels_dir, requester.trusted)
@@ -302,16 +306,17 @@ pub fn parse(
         budget.wall_s = Some(secs);
     }
     if let Some(i) = &raw.budget.iterations {
-        if *i.get_ref() < 1 {
-            return Err(cx.err(i.span(), "`budget.iterations` must be at least 1"));
-        }
-        budget.iterations = Some(*i.get_ref() as u64);
+        let n = limits::int_in("budget.iterations", *i.get_ref(), &limits::ITERATIONS);
+        budget.iterations = Some(n.map_err(|m| cx.err(i.span(), m))?);
     }
     if let Some(g) = &raw.budget.gpu_hours {
-        if !(g.get_ref().is_finite() && *g.get_ref() > 0.0) {
-            return Err(cx.err(g.span(), "`budget.gpu_hours` must be a positive number"));
-        }
-        budget.gpu_hours = Some(*g.get_ref());
+        let h = limits::positive_at_most(
+            "budget.gpu_hours",
+            *g.get_ref(),
+            limits::GPU_HOURS_MAX,
+            "8.0",
+        );
+        budget.gpu_hours = Some(h.map_err(|m| cx.err(g.span(), m))?);
     }
     if let Some(t) = &raw.budget.tokens {
         if *t.get_ref() < 1 {
@@ -348,19 +353,17 @@ pub fn parse(
 
     let mut stop = StopRules::default();
     if let Some(t) = &raw.stop.target_speedup {
-        if !(t.get_ref().is_finite() && *t.get_ref() > 0.0) {
-            return Err(cx.err(
-                t.span(),
-                "`stop.target_speedup` must be a positive number (e.g. 40.0)",
-            ));
-        }
-        stop.target_speedup = Some(*t.get_ref());
+        let x = limits::positive_at_most(
+            "stop.target_speedup",
+            *t.get_ref(),
+            limits::TARGET_SPEEDUP_MAX,
+            "40.0",
+        );
+        stop.target_speedup = Some(x.map_err(|m| cx.err(t.span(), m))?);
     }
     if let Some(p) = &raw.stop.plateau {
-        if *p.get_ref() < 1 {
-            return Err(cx.err(p.span(), "`stop.plateau` must be at least 1 iteration"));
-        }
-        stop.plateau = Some(*p.get_ref() as u64);
+        let n = limits::int_in("stop.plateau", *p.get_ref(), &limits::PLATEAU);
+        stop.plateau = Some(n.map_err(|m| cx.err(p.span(), m))?);
     }
 
     let agent = agent::parse_agent(&cx, raw.agent, requester)?;

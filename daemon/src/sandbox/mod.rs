@@ -3,6 +3,7 @@
 //! - `options`: the command line of `kerneld-sandbox`, parsed and written in one place;
 //! - `apply`: what the binary does with it (rlimits, uid, no_new_privs, Landlock, seccomp, exec);
 //! - `probe`: what the kernel can enforce (`kerneld-sandbox --probe`);
+//! - `widen`: the GPU ladder, how far the filesystem rules are widened when CUDA needs it;
 //! - `policy`: the daemon's side: which paths, devices and variables the judge and the
 //!   runners get, as `kerneld-sandbox` arguments.
 //!
@@ -14,6 +15,7 @@ pub mod options;
 pub mod policy;
 pub mod probe;
 pub mod runtime;
+pub mod widen;
 
 pub use options::Options;
 pub use probe::Probe;

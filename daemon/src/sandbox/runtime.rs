@@ -1,6 +1,7 @@
 //! The sandbox as this daemon runs it: found out once at start (`Runtime::detect`: the
-//! probe, the runner user, a trial run of the harness's Python under the judge policy),
-//! then used for every worker (`Runtime::worker`), every enqueue (`Runtime::admit`) and
+//! probe, the runner user, a trial run of the harness's Python under the judge policy
+//! and, in GPU mode, a CUDA init under the judge and runner policies, widened along the
+//! ladder in `widen` until CUDA works), then used for every worker (`Runtime::worker`), every enqueue (`Runtime::admit`) and
 //! shown by `version` and `gpus` (`Runtime::status`).
 
 use std::os::unix::fs::PermissionsExt;
@@ -9,6 +10,7 @@ use std::process::Command;
 
 use super::policy::{Policy, PolicyInputs, HARNESS_ENV};
 use super::probe::Probe;
+use super::widen::{Choice, Widening};
 use crate::config::Config;
 use crate::gpu::DeviceInfo;
 use crate::wire::SandboxStatus;
@@ -16,8 +18,12 @@ use crate::wire::SandboxStatus;
 /// How workers are started.
 #[derive(Debug, Clone, PartialEq)]
 enum Level {
-    /// Under `kerneld-sandbox`, switching to `run_as` when set.
-    Sandboxed { run_as: Option<(u32, u32)> },
+    /// Under `kerneld-sandbox`, switching to `run_as` when set, with the filesystem
+    /// rules widened to `widen` (GPU mode, when CUDA needs it).
+    Sandboxed {
+        run_as: Option<(u32, u32)>,
+        widen: Widening,
+    },
     /// Directly (no kerneld-sandbox that works here), with the cleared environment.
     Off,
 }
@@ -92,6 +98,31 @@ fn runner_account(name: &str) -> Result<(u32, u32), String> {
     }
 }
 
+/// The CUDA init the GPU trial runs: what every GPU evaluation needs first.
+const CUDA_TRIAL: &str = "import torch; torch.ones(1, device='cuda').sum().item()";
+
+/// The scratch subdirectories a worker's environment points at.
+const SCRATCH_SUBDIRS: &[&str] = &[
+    "tmp",
+    "home",
+    "cache",
+    "cache/triton",
+    "cache/inductor",
+    "cache/nv",
+];
+
+/// The last line of a failed trial's stderr (a traceback's last line names the error).
+fn last_line(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    line.chars().take(400).collect()
+}
+
 /// The directory holding libcuda.so.1, where the driver installs it.
 fn libcuda_dir() -> Option<String> {
     [
@@ -154,8 +185,53 @@ fn fresh_dir(dir: &Path, owner: Option<(u32, u32)>, mode: u32) -> Result<(), Str
     Ok(())
 }
 
+/// The judge's environment for a slot whose scratch root is `scratch` (without the
+/// runner launcher, which depends on the policy).
+fn worker_env(cfg: &Config, scratch: &Path, dev: &DeviceInfo) -> Vec<(String, String)> {
+    let s = |p: PathBuf| p.display().to_string();
+    let sub = |p: &str| scratch.join(p);
+    let mut env: Vec<(String, String)> = vec![
+        ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+        (
+            "LANG".into(),
+            std::env::var("LANG").unwrap_or_else(|_| "C.UTF-8".into()),
+        ),
+        ("PYTHONUNBUFFERED".into(), "1".into()),
+        ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+        ("HOME".into(), s(sub("home"))),
+        ("TMPDIR".into(), s(sub("tmp"))),
+        ("XDG_CACHE_HOME".into(), s(sub("cache"))),
+        ("TRITON_CACHE_DIR".into(), s(sub("cache/triton"))),
+        ("TORCHINDUCTOR_CACHE_DIR".into(), s(sub("cache/inductor"))),
+        ("CUDA_CACHE_PATH".into(), s(sub("cache/nv"))),
+        ("KERNELD_SCRATCH_ROOT".into(), s(scratch.to_path_buf())),
+        (
+            "KERNELD_WORKER_MAX_FILES".into(),
+            cfg.worker_max_files.to_string(),
+        ),
+    ];
+    if dev.is_gpu {
+        env.push(("CUDA_VISIBLE_DEVICES".into(), dev.uuid.clone()));
+        // Else Triton runs `/sbin/ldconfig -p` to find libcuda, which on some
+        // distributions is a shell script (no shell in the sandbox).
+        if let Some(dir) = libcuda_dir() {
+            env.push(("TRITON_LIBCUDA_PATH".into(), dir));
+        }
+    } else {
+        env.push(("CUDA_VISIBLE_DEVICES".into(), String::new()));
+        env.push(("TRITON_INTERPRET".into(), "1".into()));
+    }
+    for k in HARNESS_ENV {
+        if let Ok(v) = std::env::var(k) {
+            env.push((k.to_string(), v));
+        }
+    }
+    env
+}
+
 impl Runtime {
-    pub fn detect(cfg: &Config) -> Runtime {
+    /// `gpu`: one of the daemon's GPUs (None: CPU mode), for the CUDA trial.
+    pub fn detect(cfg: &Config, gpu: Option<&DeviceInfo>) -> Runtime {
         let mut problems = Vec::new();
         let bin = find_binary(cfg);
         let probe = match &bin {
@@ -213,7 +289,12 @@ impl Runtime {
             // A trial run under the judge policy: the Python, its libraries and the
             // kernels directory must be reachable as the runner user.
             match rt.trial(cfg, run_as) {
-                Ok(()) => rt.level = Level::Sandboxed { run_as },
+                Ok(()) => {
+                    rt.level = Level::Sandboxed {
+                        run_as,
+                        widen: Widening::None,
+                    }
+                }
                 Err(e) if run_as.is_some() => {
                     problems.push(format!(
                         "the harness's Python cannot run as {runner_user}: {e}; runners run as \
@@ -222,12 +303,28 @@ impl Runtime {
                     rt.status.runner_uid = me.0;
                     rt.status.runner_user = me.0.to_string();
                     match rt.trial(cfg, None) {
-                        Ok(()) => rt.level = Level::Sandboxed { run_as: None },
+                        Ok(()) => {
+                            rt.level = Level::Sandboxed {
+                                run_as: None,
+                                widen: Widening::None,
+                            }
+                        }
                         Err(e) => problems.push(format!("the sandbox cannot run the harness: {e}")),
                     }
                 }
                 Err(e) => problems.push(format!("the sandbox cannot run the harness: {e}")),
             }
+        }
+        // GPU mode: a trial that imports json proves nothing about CUDA (on an H200 the
+        // driver failed under the full policy with Error 304): init CUDA under the judge
+        // and runner policies, widening the filesystem rules until it works.
+        if let (Level::Sandboxed { run_as, .. }, Some(gpu)) = (rt.level.clone(), gpu) {
+            let choice = Choice::find(|widen| rt.cuda_trial(cfg, run_as, gpu, widen));
+            problems.extend(choice.problem());
+            rt.level = match choice.level {
+                Some(widen) => Level::Sandboxed { run_as, widen },
+                None => Level::Off,
+            };
         }
         if rt.level == Level::Off && problems.is_empty() {
             problems.push("the sandbox is off".into());
@@ -266,6 +363,56 @@ impl Runtime {
                 out.status
             ))
         }
+    }
+
+    /// CUDA init on `gpu` under the judge policy, then under the runner policy (with
+    /// the runner scratch the judge appends), both widened to `widen`, with the
+    /// environment a worker gets.
+    fn cuda_trial(
+        &self,
+        cfg: &Config,
+        run_as: Option<(u32, u32)>,
+        gpu: &DeviceInfo,
+        widen: Widening,
+    ) -> Result<(), String> {
+        let bin = self.bin.as_ref().ok_or("no kerneld-sandbox")?;
+        let minor = gpu
+            .minor
+            .ok_or_else(|| format!("NVML gave no minor number for {}", gpu.uuid))?;
+        let dir = cfg.scratch_dir().join("trial");
+        ensure_root(&cfg.scratch_dir())?;
+        fresh_dir(&dir, run_as, 0o700)?;
+        for d in SCRATCH_SUBDIRS {
+            fresh_dir(&dir.join(d), run_as, 0o700)?;
+        }
+        let policy = Policy::build(&self.inputs(cfg, bin, &dir, &dir, Some(minor), run_as))?;
+        let env = worker_env(cfg, &dir, gpu);
+        let (mut judge, mut runner) = (policy.judge, policy.runner);
+        runner.rw.push(dir.clone());
+        let mut result = Ok(());
+        for (who, o) in [("judge", &mut judge), ("runner", &mut runner)] {
+            widen.apply(o);
+            o.env = env.clone();
+            let out = Command::new(bin)
+                .args(o.to_args())
+                .arg("--")
+                .arg(&cfg.python)
+                .args(["-c", CUDA_TRIAL])
+                .current_dir("/")
+                .env_clear()
+                .output()
+                .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+            if !out.status.success() {
+                result = Err(format!(
+                    "the {who} policy: {} ({})",
+                    last_line(&out.stderr),
+                    out.status
+                ));
+                break;
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        result
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -307,7 +454,7 @@ impl Runtime {
     }
 
     fn restricts(&self, cfg: &Config) -> Vec<String> {
-        let Level::Sandboxed { run_as } = &self.level else {
+        let Level::Sandboxed { run_as, widen } = &self.level else {
             return vec![
                 "environment: cleared to the harness's variables (nothing else is restricted)"
                     .into(),
@@ -316,10 +463,17 @@ impl Runtime {
         let abi = self.status.probe.as_ref().map_or(0, |p| p.landlock_abi);
         let mut r = vec![
             "environment: cleared to the harness's variables (no API keys, NOTIFY_SOCKET or daemon settings)".into(),
-            format!("filesystem (Landlock ABI {abi}): read system libraries, the Python environment and the kernels directory; write only the slot's scratch directory; execute only Python, kerneld-sandbox and the compilers Triton runs"),
+            match widen {
+                Widening::None => format!("filesystem (Landlock ABI {abi}): read system libraries, the Python environment and the kernels directory; write only the slot's scratch directory; execute only Python, kerneld-sandbox and the compilers Triton runs"),
+                w => format!("{} (Landlock ABI {abi}; CUDA did not initialise under the full policy)", w.describe()),
+            },
             format!("network: no IP, packet{} sockets (seccomp), no TCP bind/connect (Landlock)", if cfg.sandbox.unix_sockets { "" } else { " or unix" }),
             "processes: no ptrace or process_vm_* (seccomp), signals and abstract unix sockets scoped (Landlock)".into(),
-            "devices: /dev/null, zero, full, random, urandom and only the leased GPU's nodes".into(),
+            if *widen == Widening::None {
+                "devices: /dev/null, zero, full, random, urandom and only the leased GPU's nodes".into()
+            } else {
+                "devices: every node under /dev (widened for CUDA)".into()
+            },
         ];
         r.push(match run_as {
             Some((uid, _)) => format!(
@@ -395,62 +549,18 @@ impl Runtime {
         let scratch = root.join(format!("slot{slot}"));
         let inbox = root.join(format!("inbox{slot}"));
         let run_as = match &self.level {
-            Level::Sandboxed { run_as } => *run_as,
+            Level::Sandboxed { run_as, .. } => *run_as,
             Level::Off => None,
         };
         ensure_root(&root)?;
         fresh_dir(&scratch, run_as, 0o700)?;
         fresh_dir(&inbox, None, 0o755)?;
-        let sub = |p: &str| scratch.join(p);
-        for d in [
-            "tmp",
-            "home",
-            "cache",
-            "cache/triton",
-            "cache/inductor",
-            "cache/nv",
-        ] {
-            fresh_dir(&sub(d), run_as, 0o700)?;
+        for d in SCRATCH_SUBDIRS {
+            fresh_dir(&scratch.join(d), run_as, 0o700)?;
         }
-        let s = |p: PathBuf| p.display().to_string();
-        let mut env: Vec<(String, String)> = vec![
-            ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
-            (
-                "LANG".into(),
-                std::env::var("LANG").unwrap_or_else(|_| "C.UTF-8".into()),
-            ),
-            ("PYTHONUNBUFFERED".into(), "1".into()),
-            ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
-            ("HOME".into(), s(sub("home"))),
-            ("TMPDIR".into(), s(sub("tmp"))),
-            ("XDG_CACHE_HOME".into(), s(sub("cache"))),
-            ("TRITON_CACHE_DIR".into(), s(sub("cache/triton"))),
-            ("TORCHINDUCTOR_CACHE_DIR".into(), s(sub("cache/inductor"))),
-            ("CUDA_CACHE_PATH".into(), s(sub("cache/nv"))),
-            ("KERNELD_SCRATCH_ROOT".into(), s(scratch.clone())),
-            (
-                "KERNELD_WORKER_MAX_FILES".into(),
-                cfg.worker_max_files.to_string(),
-            ),
-        ];
-        if dev.is_gpu {
-            env.push(("CUDA_VISIBLE_DEVICES".into(), dev.uuid.clone()));
-            // Else Triton runs `/sbin/ldconfig -p` to find libcuda, which on some
-            // distributions is a shell script (no shell in the sandbox).
-            if let Some(dir) = libcuda_dir() {
-                env.push(("TRITON_LIBCUDA_PATH".into(), dir));
-            }
-        } else {
-            env.push(("CUDA_VISIBLE_DEVICES".into(), String::new()));
-            env.push(("TRITON_INTERPRET".into(), "1".into()));
-        }
-        for k in HARNESS_ENV {
-            if let Ok(v) = std::env::var(k) {
-                env.push((k.to_string(), v));
-            }
-        }
+        let mut env = worker_env(cfg, &scratch, dev);
         let (wrapper, readable) = match (&self.level, &self.bin) {
-            (Level::Sandboxed { run_as }, Some(bin)) => {
+            (Level::Sandboxed { run_as, widen }, Some(bin)) => {
                 let minor = if dev.is_gpu {
                     Some(dev.minor.ok_or_else(|| {
                         format!(
@@ -461,8 +571,10 @@ impl Runtime {
                 } else {
                     None
                 };
-                let policy =
+                let mut policy =
                     Policy::build(&self.inputs(cfg, bin, &scratch, &inbox, minor, *run_as))?;
+                widen.apply(&mut policy.judge);
+                widen.apply(&mut policy.runner);
                 let (uid, gid) =
                     run_as.unwrap_or((self.status.runner_uid, nix::unistd::getgid().as_raw()));
                 env.push(("KERNELD_RUNNER_LAUNCHER".into(), policy.launcher_json(bin)));

@@ -115,6 +115,92 @@ pub enum EventKind {
         from_ms: u64,
         to_ms: u64,
     },
+    /// Slurm named a job kerneld asked for slot `slot` (pending or granted): from here on
+    /// the log knows it, and a restart reattaches to it or cancels it.
+    SlurmJobSubmitted {
+        slot: String,
+        job: u64,
+        name: String,
+        partition: String,
+    },
+    /// The job runs (granted, or found running again after a restart: `reattached`).
+    SlurmJobStarted {
+        slot: String,
+        job: u64,
+        node: String,
+        #[serde(default)]
+        reattached: bool,
+    },
+    /// The job is over for kerneld: released when idle, cancelled at a stop or a restart,
+    /// or ended by Slurm (time limit, preemption, node failure).
+    SlurmJobEnded {
+        slot: String,
+        job: u64,
+        /// Slurm's last state of the job (CANCELLED, TIMEOUT, PREEMPTED, ...), if known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state: Option<String>,
+        reason: String,
+    },
+    /// The result just recorded would become the new best (`best`: its first figures):
+    /// it is re-timed before it counts (`WinChecked` decides).
+    WinPending {
+        best: BestSummary,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source_hash: Option<String>,
+    },
+    /// `kernelctl retime`: re-time an evaluated candidate `times` times; the request's
+    /// id is this event's sequence number.
+    RetimeRequested {
+        iteration: u64,
+        candidate: String,
+        seed: String,
+        config: Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source_hash: Option<String>,
+        times: u32,
+        by_uid: u32,
+    },
+    /// A re-time began: a would-be best's confirmation (`request` absent) or one of a
+    /// `retime` request's.
+    RetimeStarted {
+        iteration: u64,
+        candidate: String,
+        device: String,
+        attempt: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
+    },
+    RetimeFinished {
+        iteration: u64,
+        candidate: String,
+        device: String,
+        result: EvalResult,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
+    },
+    /// A re-time stopped before its result (pause, cancel, shutdown); it runs again.
+    RetimeAborted {
+        iteration: u64,
+        candidate: String,
+        device: String,
+        reason: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
+    },
+    /// A would-be best after its re-time: `confirmed` (a `NewBest` with `speedup`, the
+    /// confirmed figure, follows in the same commit) or not (it does not become best).
+    WinChecked {
+        iteration: u64,
+        candidate: String,
+        confirmed: bool,
+        first_speedup: f64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retimed_speedup: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        speedup: Option<f64>,
+        spread_pct: f64,
+        reason: String,
+    },
 }
 
 impl EventKind {
@@ -134,6 +220,15 @@ impl EventKind {
             EventKind::AgentFailed { .. } => "agent_failed",
             EventKind::AgentRetrying { .. } => "agent_retrying",
             EventKind::Downtime { .. } => "downtime",
+            EventKind::SlurmJobSubmitted { .. } => "slurm_job_submitted",
+            EventKind::SlurmJobStarted { .. } => "slurm_job_started",
+            EventKind::SlurmJobEnded { .. } => "slurm_job_ended",
+            EventKind::WinPending { .. } => "win_pending",
+            EventKind::RetimeRequested { .. } => "retime_requested",
+            EventKind::RetimeStarted { .. } => "retime_started",
+            EventKind::RetimeFinished { .. } => "retime_finished",
+            EventKind::RetimeAborted { .. } => "retime_aborted",
+            EventKind::WinChecked { .. } => "win_checked",
         }
     }
 }

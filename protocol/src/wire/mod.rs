@@ -18,11 +18,13 @@ pub const MAX_LINE: usize = 8 * 1024 * 1024;
 mod events;
 mod params;
 mod results;
+mod retime;
 mod spec;
 
 pub use events::*;
 pub use params::*;
 pub use results::*;
+pub use retime::*;
 pub use spec::*;
 
 // ---------------------------------------------------------------------------
@@ -182,6 +184,10 @@ methods! {
     Context(GoalRef) = CONTEXT "context",
     Gpus(NoParams) = GPUS "gpus",
     Version(NoParams) = VERSION "version",
+    /// Re-time a candidate N times (each a fresh runner against a fresh baseline).
+    Retime(RetimeParams) = RETIME "retime",
+    /// A `retime` request's progress and its stability summary.
+    Retimes(RetimesParams) = RETIMES "retimes",
 }
 
 /// Why a request's method and parameters are not a `Call`.
@@ -255,7 +261,7 @@ mod tests {
         r.params = Value::Null;
         assert!(matches!(
             r.call(),
-            Ok(Call::Status(StatusParams { goal: None }))
+            Ok(Call::Status(StatusParams { goal: None, .. }))
         ));
         let r = Request::new(3, "frobnicate", ());
         assert_eq!(

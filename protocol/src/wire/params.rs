@@ -44,6 +44,17 @@ pub struct NoParams {}
 pub struct StatusParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goal: Option<String>,
+    /// Every goal ever enqueued, a page at a time (`after`, `limit`); without it the
+    /// reply lists the active goals and the newest finished ones only, so its size follows
+    /// what is running, not the history.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all: bool,
+    /// With `all`: the page after this goal id (none: the first page).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// With `all`: at most this many goals (the daemon caps it at its page size, 500).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -144,6 +155,10 @@ pub struct GoalDetail {
     pub spec: GoalSpec,
     /// The last evaluations, newest last.
     pub recent: Vec<EvaluationRecord>,
+    /// Would-be bests that were re-timed: iteration -> whether the win held (see
+    /// `confirm_flag`, which turns this into the >10x flag).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub confirmations: std::collections::BTreeMap<u64, bool>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -306,6 +321,22 @@ pub struct GpuStatus {
     pub evaluations: u64,
     /// Seconds this slot spent leased since the daemon started.
     pub busy_s: f64,
+    /// A Slurm slot's job (None for local devices, and for a Slurm slot holding none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmJobStatus>,
+}
+
+/// The Slurm job behind a slot, as `kernelctl gpus` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SlurmJobStatus {
+    pub job: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Slurm's state: PENDING, RUNNING, ...
+    pub state: String,
+    /// Seconds before the job's time limit, as squeue last said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_left_s: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

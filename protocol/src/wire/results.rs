@@ -51,6 +51,9 @@ pub struct ShapeTiming {
     pub tflops: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pct_roofline: Option<f64>,
+    /// The 95 % interval of the median, in % of it (the judge's figure), when reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_pct: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -87,6 +90,10 @@ pub struct EvalResult {
     /// filled in (an agent may propose only some keys). What `best -o` writes as `BEST`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<Value>,
+    /// A re-time (`retime`, docs/HARNESS.md section 3): timed again in a fresh runner,
+    /// interleaved with a freshly timed baseline, one correctness seed, no profile.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retimed: bool,
 }
 
 impl EvalResult {
@@ -106,6 +113,7 @@ impl EvalResult {
             device: Value::Null,
             elapsed_s,
             config: None,
+            retimed: false,
         }
     }
 

@@ -3,8 +3,8 @@
 use crate::engine::*;
 
 impl Engine {
-    pub(crate) async fn best(&self, goal: &str) -> RpcResult<BestResult> {
-        let id = self.resolve(goal)?;
+    pub(crate) async fn best(&self, goal: &str, uid: u32) -> RpcResult<BestResult> {
+        let id = self.resolve(goal, uid)?;
         match self.best_candidate(&id).await.map_err(internal)? {
             Some((summary, rec, source)) => Ok(BestResult {
                 goal: id,

@@ -3,8 +3,8 @@
 use crate::engine::*;
 
 impl Engine {
-    pub(crate) async fn context(&self, goal: &str) -> RpcResult<ContextResult> {
-        let id = self.resolve(goal)?;
+    pub(crate) async fn context(&self, goal: &str, uid: u32) -> RpcResult<ContextResult> {
+        let id = self.resolve(goal, uid)?;
         let proj = self.state.lock().unwrap().goals[&id].proj.clone();
         let store = self.store.clone();
         let gid = id.clone();

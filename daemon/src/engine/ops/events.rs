@@ -6,8 +6,12 @@ use crate::engine::*;
 const EVENTS_PAGE: usize = 2000;
 
 impl Engine {
-    pub(crate) async fn events(&self, p: &EventsParams) -> RpcResult<Vec<Event>> {
-        let goal = p.goal.as_deref().map(|g| self.resolve(g)).transpose()?;
+    pub(crate) async fn events(&self, p: &EventsParams, uid: u32) -> RpcResult<Vec<Event>> {
+        let goal = p
+            .goal
+            .as_deref()
+            .map(|g| self.resolve(g, uid))
+            .transpose()?;
         let store = self.store.clone();
         // One reply holds at most a page: a day's log does not fit in one line. Clients
         // page forward with `after` (an empty page means caught up).

@@ -8,7 +8,8 @@ impl Engine {
         let devices = st
             .slots
             .iter()
-            .map(|s| GpuStatus {
+            .enumerate()
+            .map(|(i, s)| GpuStatus {
                 uuid: s.info.uuid.clone(),
                 name: s.info.name.clone(),
                 compute_capability: s.info.compute_capability.map(|(a, b)| format!("{a}.{b}")),
@@ -21,6 +22,7 @@ impl Engine {
                 evaluations: s.evaluations,
                 busy_s: (s.busy + s.leased_at.map_or(Duration::ZERO, |t| t.elapsed()))
                     .as_secs_f64(),
+                slurm: self.slurm_status(i), // HOOK(slurm)
             })
             .collect();
         GpusResult {

@@ -12,6 +12,7 @@ mod events;
 mod gpus;
 mod pause;
 mod resume;
+mod retime;
 mod show;
 mod status;
 mod transition;

@@ -4,7 +4,7 @@ use crate::engine::*;
 
 impl Engine {
     pub(crate) async fn resume(&self, goal: &str, uid: u32) -> RpcResult<GoalSummary> {
-        let id = self.resolve(goal)?;
+        let id = self.resolve(goal, uid)?;
         // A goal that never ran goes back to the queue; one that ran continues running.
         let ran = self
             .state

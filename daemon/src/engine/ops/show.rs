@@ -6,10 +6,14 @@ use crate::engine::*;
 const RECENT: usize = 20;
 
 impl Engine {
-    pub(crate) async fn show(&self, goal: &str) -> RpcResult<GoalDetail> {
-        let id = self.resolve(goal)?;
+    pub(crate) async fn show(&self, goal: &str, uid: u32) -> RpcResult<GoalDetail> {
+        let id = self.resolve(goal, uid)?;
         let summary = self.summary(&id)?;
-        let spec = self.state.lock().unwrap().goals[&id].proj.spec.clone();
+        let (spec, confirmations) = {
+            let st = self.state.lock().unwrap();
+            let g = &st.goals[&id].proj;
+            (g.spec.clone(), g.confirmations.clone())
+        };
         let store = self.store.clone();
         let gid = id.clone();
         let mut recent = tokio::task::spawn_blocking(move || store.evaluations(&gid))
@@ -22,6 +26,7 @@ impl Engine {
             summary,
             spec,
             recent,
+            confirmations,
         })
     }
 }

@@ -1,30 +1,27 @@
-//! `status`: every goal's summary, or one goal's.
+//! `status`: the active goals and the newest finished ones, a page of all of them, or one
+//! goal (`crate::status_view` picks which).
 
 use crate::engine::*;
+use crate::status_view::{self, Row};
 
 impl Engine {
-    pub(crate) fn status(&self, goal: Option<&str>) -> RpcResult<Vec<GoalSummary>> {
-        match goal {
-            Some(g) => {
-                let id = self.resolve(g)?;
-                Ok(vec![self.summary(&id)?])
-            }
-            None => {
-                let st = self.state.lock().unwrap();
-                let now = now_ms();
-                let mut all: Vec<GoalSummary> = st
-                    .goals
-                    .values()
-                    .map(|g| waiting::summary(&st, g, now))
-                    .collect();
-                all.sort_by_key(|g| {
-                    (
-                        g.created_ms,
-                        g.id.trim_start_matches('g').parse::<u64>().unwrap_or(0),
-                    )
-                });
-                Ok(all)
-            }
+    pub(crate) fn status(&self, p: &StatusParams, uid: u32) -> RpcResult<Vec<GoalSummary>> {
+        if let Some(g) = &p.goal {
+            let id = self.resolve(g, uid)?;
+            return Ok(vec![self.summary(&id)?]);
         }
+        let st = self.state.lock().unwrap();
+        let now = now_ms();
+        let rows = st.goals.values().map(|g| Row {
+            id: &g.proj.id,
+            state: g.proj.state,
+            created_ms: g.proj.created_ms,
+        });
+        let ids = status_view::select(rows, p.all, p.after.as_deref(), p.limit.map(|l| l as usize));
+        Ok(ids
+            .into_iter()
+            .filter_map(|id| st.goals.get(id))
+            .map(|g| waiting::summary(&st, g, now))
+            .collect())
     }
 }

@@ -12,7 +12,7 @@ impl Engine {
         to: GoalState,
         verb: &str,
     ) -> RpcResult<GoalSummary> {
-        let id = self.resolve(goal)?;
+        let id = self.resolve(goal, uid)?;
         let guard = self.commit_lock.lock().await;
         let (from, owner) = {
             let st = self.state.lock().unwrap();

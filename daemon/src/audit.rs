@@ -1,0 +1,49 @@
+//! The audit trail of refused changes: who (uid), what (the method and the goal or file it
+//! named), when (the log line's time) and why, one line each in the daemon's log under
+//! the target `audit` (`journalctl -u kerneld | grep audit`).
+//!
+//! Reads are not audited; a refused change is the trace of someone trying what they may
+//! not (another user's goal) or of a broken client.
+
+use serde_json::Value;
+
+use crate::wire::{method, Request, RpcError};
+
+/// Methods that change something.
+const CHANGES: &[&str] = &[
+    method::ENQUEUE,
+    method::PAUSE,
+    method::RESUME,
+    method::CANCEL,
+];
+
+/// Longest piece of a request quoted in one audit line (names and paths can be long).
+const QUOTE: usize = 200;
+
+fn quoted(v: Option<&Value>) -> String {
+    let text = match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => "-".into(),
+    };
+    match text.char_indices().nth(QUOTE) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+/// Logs a change the daemon refused; other methods' errors are not logged.
+pub fn refused(uid: u32, req: &Request, err: &RpcError) {
+    if !CHANGES.contains(&req.method.as_str()) {
+        return;
+    }
+    let target = req.params.get("goal").or_else(|| req.params.get("path"));
+    let why = quoted(Some(&Value::String(err.message.clone())));
+    tracing::warn!(
+        target: "audit",
+        "refused: uid {uid} {} {} (code {}): {why}",
+        req.method,
+        quoted(target),
+        err.code
+    );
+}

@@ -1,0 +1,271 @@
+//! Unit tests of the store (kept apart so store.rs stays one concern).
+use super::*;
+use crate::wire::*;
+use std::sync::Arc;
+
+fn spec() -> GoalSpec {
+    crate::projection::test_spec("x")
+}
+
+fn temp_db() -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "kerneld-store-{}-{}.redb",
+        std::process::id(),
+        rand::random::<u64>()
+    ))
+}
+
+/// Memory that can be made to fail writes like a full disk.
+#[derive(Debug)]
+struct FillableBackend {
+    inner: redb::backends::InMemoryBackend,
+    full: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl redb::StorageBackend for FillableBackend {
+    fn len(&self) -> Result<u64, std::io::Error> {
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>, std::io::Error> {
+        self.inner.read(offset, len)
+    }
+    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+        self.check()?;
+        self.inner.set_len(len)
+    }
+    fn sync_data(&self, eventual: bool) -> Result<(), std::io::Error> {
+        self.check()?;
+        self.inner.sync_data(eventual)
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        self.check()?;
+        self.inner.write(offset, data)
+    }
+}
+
+impl FillableBackend {
+    fn check(&self) -> Result<(), std::io::Error> {
+        if self.full.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(std::io::Error::from_raw_os_error(28)); // ENOSPC
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_failed_write_makes_the_store_refuse_writes_with_a_clear_reason() {
+    let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let backend = FillableBackend {
+        inner: redb::backends::InMemoryBackend::new(),
+        full: full.clone(),
+    };
+    let db = redb::Builder::new().create_with_backend(backend).unwrap();
+    let store = Store::init(db, Path::new("/var/lib/kerneld/events.redb")).unwrap();
+    let (id, _) = store.enqueue_goal(spec(), 1000).unwrap();
+    assert!(store.unwritable().is_none());
+
+    full.store(true, std::sync::atomic::Ordering::SeqCst);
+    let state = |to| {
+        vec![NewEvent::goal(
+            &id,
+            EventKind::GoalStateChanged {
+                from: GoalState::Queued,
+                to,
+                reason: None,
+            },
+        )]
+    };
+    assert!(store.append(state(GoalState::Running)).is_err());
+    let why = store.unwritable().expect("marked unwritable").to_string();
+    assert!(why.contains("/var/lib/kerneld/events.redb"), "{why}");
+    assert!(why.contains("free space"), "{why}");
+
+    // Space back: still refused (redb needs a reopen), at once and with the reason.
+    full.store(false, std::sync::atomic::Ordering::SeqCst);
+    let err = store.append(state(GoalState::Running)).unwrap_err();
+    assert!(matches!(err, StoreError::Unwritable { .. }), "{err}");
+    // Reads still work: status stays available while the daemon stops.
+    assert_eq!(store.goals().unwrap().len(), 1);
+}
+
+#[test]
+fn sequence_is_dense_and_projection_equals_replay() {
+    let path = temp_db();
+    let store = Store::open(&path).unwrap();
+    let (id, _) = store.enqueue_goal(spec(), 1000).unwrap();
+    store
+        .append(vec![NewEvent::goal(
+            &id,
+            EventKind::GoalStateChanged {
+                from: GoalState::Queued,
+                to: GoalState::Running,
+                reason: None,
+            },
+        )])
+        .unwrap();
+    store
+        .append(vec![NewEvent::goal(
+            &id,
+            EventKind::CandidateProposed {
+                iteration: 1,
+                candidate: "c1".into(),
+                seed: "a.py".into(),
+                config: serde_json::json!({"B": 1}),
+                agent: "search".into(),
+                source: None,
+                note: None,
+                tokens: None,
+            },
+        )])
+        .unwrap();
+    let all = store.events(None, 0, usize::MAX).unwrap();
+    let seqs: Vec<u64> = all.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, vec![1, 2, 3]);
+    assert_eq!(store.last_seq().unwrap(), 3);
+
+    let mut replay: Option<GoalProjection> = None;
+    for ev in store.events(Some(&id), 0, usize::MAX).unwrap() {
+        match &ev.kind {
+            EventKind::GoalEnqueued { spec, owner_uid } => {
+                replay = Some(GoalProjection::new(
+                    &id,
+                    spec.clone(),
+                    *owner_uid,
+                    ev.time_ms,
+                ))
+            }
+            _ => replay.as_mut().unwrap().apply(&ev),
+        }
+    }
+    assert_eq!(replay.unwrap(), store.goal(&id).unwrap().unwrap());
+    drop(store);
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn header_length_matches_what_redb_writes() {
+    // The header parsing in `integrity` follows redb's file format; a redb upgrade
+    // that changes it fails here, not on a user's log.
+    let path = temp_db();
+    let store = Store::open(&path).unwrap();
+    for _ in 0..200 {
+        store.enqueue_goal(spec(), 1000).unwrap();
+    }
+    drop(store);
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(integrity::expected_len_of(&path), len);
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn an_empty_or_truncated_file_is_reported_and_left_alone() {
+    let path = temp_db();
+    std::fs::write(&path, b"").unwrap();
+    let err = Store::open(&path).err().expect("empty file refused");
+    assert!(matches!(err, StoreError::Damaged { .. }), "{err}");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+
+    std::fs::remove_file(&path).unwrap();
+    let store = Store::open(&path).unwrap();
+    store.enqueue_goal(spec(), 1000).unwrap();
+    drop(store);
+    let len = std::fs::metadata(&path).unwrap().len();
+    for keep in [len - 1, len / 2, 4096, 300, 9] {
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(keep).unwrap();
+        let err = Store::open(&path).err().expect("truncated file refused");
+        assert!(err.to_string().contains("truncated"), "{keep}: {err}");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), keep);
+    }
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn check_finds_a_sound_log_sound_and_a_doctored_projection() {
+    let path = temp_db();
+    let store = Store::open(&path).unwrap();
+    let (id, _) = store.enqueue_goal(spec(), 1000).unwrap();
+    store
+        .append(vec![NewEvent::goal(
+            &id,
+            EventKind::GoalStateChanged {
+                from: GoalState::Queued,
+                to: GoalState::Running,
+                reason: None,
+            },
+        )])
+        .unwrap();
+    drop(store);
+    let mut store = Store::open_for_check(&path).unwrap();
+    let report = store.check().unwrap();
+    assert!(report.is_sound(), "{}", report.render(&path));
+    assert_eq!((report.events, report.goals), (2, 1));
+
+    // A projection that says something its events do not.
+    let tx = store.db.begin_write().unwrap();
+    {
+        let mut goals = tx.open_table(GOALS).unwrap();
+        let mut p: GoalProjection =
+            serde_json::from_slice(goals.get(id.as_str()).unwrap().unwrap().value()).unwrap();
+        p.iteration = 99;
+        goals
+            .insert(id.as_str(), serde_json::to_vec(&p).unwrap().as_slice())
+            .unwrap();
+        tx.open_table(META).unwrap().insert("next_seq", 7).unwrap();
+    }
+    tx.commit().unwrap();
+    let report = store.check().unwrap();
+    let text = report.render(&path);
+    assert_eq!(report.problems.len(), 2, "{text}");
+    assert!(
+        text.contains("differs from the replay") && text.contains("next_seq"),
+        "{text}"
+    );
+    drop(store);
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn a_log_of_a_newer_format_is_refused_and_an_unversioned_one_is_stamped() {
+    let path = temp_db();
+    drop(Store::open(&path).unwrap());
+    let format = |path: &Path| {
+        let db = Database::create(path).unwrap();
+        let tx = db.begin_read().unwrap();
+        let meta = tx.open_table(META).unwrap();
+        let v = meta.get(FORMAT_KEY).unwrap().map(|v| v.value());
+        v
+    };
+    assert_eq!(format(&path), Some(FORMAT));
+    let set = |path: &Path, v: Option<u64>| {
+        let db = Database::create(path).unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let mut meta = tx.open_table(META).unwrap();
+            match v {
+                Some(v) => meta.insert(FORMAT_KEY, v).unwrap(),
+                None => meta.remove(FORMAT_KEY).unwrap(),
+            };
+        }
+        tx.commit().unwrap();
+    };
+    set(&path, None);
+    drop(Store::open(&path).unwrap());
+    assert_eq!(format(&path), Some(FORMAT));
+    set(&path, Some(FORMAT + 1));
+    let e = Store::open(&path).err().expect("a newer format is refused");
+    assert!(matches!(e, StoreError::NewerFormat { found, .. } if found == FORMAT + 1));
+    assert!(e.to_string().contains("newer kerneld"), "{e}");
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn second_open_is_refused() {
+    let path = temp_db();
+    let _a = Store::open(&path).unwrap();
+    match Store::open(&path) {
+        Err(StoreError::AlreadyOpen(_)) => {}
+        other => panic!("expected AlreadyOpen, got {:?}", other.err()),
+    }
+    let _ = std::fs::remove_file(path);
+}

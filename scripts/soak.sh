@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# A long kill soak: the CI kill-torture test (tests/tests/torture_kills.rs) run for many
+# more SIGKILLs of the real daemon. Prints the test's figures (one JSON line) and writes
+# them to results/daemon/soak-<date>.json.
+#
+#   scripts/soak.sh                 # 10,000 kills (about 1 h 15 min on 2 cores)
+#   KILLS=2000 scripts/soak.sh      # fewer
+#   SECONDS_LIMIT=900 scripts/soak.sh   # stop after 15 min, whatever the count
+#
+# The binaries are copied aside first, so rebuilding the workspace meanwhile does not
+# change what the soak runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/python-env.sh
+KILLS="${KILLS:-10000}"
+cargo build --workspace --locked
+exe=$(cargo test -p kerneld-e2e --test torture_kills --locked --no-run --message-format=json 2>/dev/null \
+    | grep -o '"executable":"[^"]*torture_kills[^"]*"' | tail -1 | cut -d'"' -f4)
+soak=$(mktemp -d /tmp/kd-soak.XXXXXX)
+trap 'rm -rf "$soak"' EXIT
+mkdir -p "$soak/deps"
+cp "$exe" "$soak/deps/torture_kills"
+cp target/debug/kerneld target/debug/kernelctl "$soak/"
+echo "== soak: up to $KILLS kills${SECONDS_LIMIT:+, at most $SECONDS_LIMIT s} ($(nproc) cores, $(uname -r))"
+log="$soak/soak.log"
+KERNELD_TORTURE_KILLS="$KILLS" KERNELD_TORTURE_SECONDS="${SECONDS_LIMIT:-}" \
+    "$soak/deps/torture_kills" --nocapture 2>&1 | tee "$log" | grep -E "torture figures|panicked|test result"
+figures=$(grep -o 'torture figures: .*' "$log" | sed 's/^torture figures: //' | tail -1)
+[ -n "$figures" ] || { echo "no figures: the soak failed (log above)"; exit 1; }
+mkdir -p results/daemon
+out="results/daemon/soak-$(date -u +%Y%m%dT%H%MZ).json"
+printf '{"machine": "%s", "cores": %s, "figures": %s}\n' \
+    "$(uname -srm) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" "$(nproc)" "$figures" > "$out"
+echo "figures written to $out"
