@@ -7,23 +7,18 @@ use kerneld::wire::GoalState;
 use kerneld_e2e::*;
 
 #[test]
-#[ignore = "needs a new way to break the worker's start: main's sandbox clears PYTHONPATH (passed before the sandbox merge)"]
 fn a_goal_whose_worker_cannot_start_says_why_it_waits() {
     let dir = TempDir::new("waits");
-    // Every worker dies at `import torch`, as on a host whose driver is gone.
-    let fake = dir.path().join("py/torch");
-    std::fs::create_dir_all(&fake).unwrap();
+    // Every worker dies as it starts, as on a host whose driver is gone. (The sandbox gives
+    // workers an allow-listed environment, so the break lives in the kernels directory's
+    // worker itself, not in a PYTHONPATH.)
+    let kernels = stub_kernels(dir.path());
     std::fs::write(
-        fake.join("__init__.py"),
+        kernels.join("harness/worker.py"),
         "raise RuntimeError('no usable CUDA driver (scripted by the test)')\n",
     )
     .unwrap();
-    let pythonpath = dir.path().join("py");
-    let d = Daemon::start_env(
-        dir.path(),
-        &[],
-        &[("PYTHONPATH", pythonpath.to_str().unwrap())],
-    );
+    let d = Daemon::start_kernels(dir.path(), &kernels, &[], &[]);
     let id = enqueue(&d, &demo_goal(dir.path(), "stuck", 2, ""));
     let mut waiting = String::new();
     let said = d.wait_until(Duration::from_secs(60), |d| {
