@@ -358,6 +358,7 @@ impl Agent for CommandAgent {
             source: Some(source),
             note,
             tokens: None,
+            by: None,
         }))
     }
 }

@@ -184,6 +184,7 @@ impl Agent for LlmAgent {
             source: Some(source),
             note,
             tokens,
+            by: None,
         }))
     }
 }

@@ -199,12 +199,16 @@ impl Engine {
                     best_source,
                     cancel: cancel.clone(),
                     command_env: self.config().command_env.clone(),
+                    source_of: Some({
+                        let store = self.store.clone();
+                        std::sync::Arc::new(move |h: &str| store.source(h).ok().flatten())
+                    }),
                 };
                 let next = proj.iteration + 1;
                 // Enqueue refuses this; goals logged before that rule (or an admin group
                 // that changed since) are held to it here too: a command agent on a
                 // non-root daemon runs as kerneld's user, so only for trusted owners.
-                let unsafe_command = proj.spec.agent.kind() == AgentKind::Command
+                let unsafe_command = proj.spec.agent.proposer().kind() == AgentKind::Command
                     && !nix::unistd::geteuid().is_root()
                     && !self.is_trusted(proj.owner_uid);
                 let proposed = match agent::for_goal(&proj, env) {
@@ -294,7 +298,11 @@ impl Engine {
                         candidate,
                         seed: proposal.seed.clone(),
                         config: proposal.config.clone(),
-                        agent: proj.spec.agent.kind().to_string(),
+                        // A hybrid's proposals say which of its agents made each.
+                        agent: match proposal.by {
+                            Some(by) => format!("{}/{by}", proj.spec.agent.kind()),
+                            None => proj.spec.agent.kind().to_string(),
+                        },
                         source: proposal.source.clone(),
                         note: proposal.note.clone(),
                         tokens: proposal.tokens,

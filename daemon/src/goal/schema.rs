@@ -55,6 +55,9 @@ pub(super) struct RawAgent {
     // command
     pub(super) command: Option<Spanned<Vec<String>>>,
     pub(super) timeout: Option<Spanned<String>>,
+    // hybrid
+    pub(super) proposer: Option<Spanned<String>>,
+    pub(super) tune_evaluations: Option<Spanned<i64>>,
     // every agent
     pub(super) context_bytes: Option<Spanned<i64>>,
 }

@@ -270,6 +270,9 @@ pub struct ContextResult {
     /// The goal's context budget in bytes (`agent.context_bytes`, else the default).
     #[serde(default)]
     pub budget_bytes: u64,
+    /// `hybrid`: which phase the next iteration is in, in words (`tune: ...`, `propose: ...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
 }
 
 /// One message of an OpenAI-compatible chat-completions request.
