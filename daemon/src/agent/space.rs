@@ -51,7 +51,7 @@ fn assigned(source: &str, name: &str) -> Option<Value> {
         }
         let from = start + (line.len() - rest.len());
         let mut p = Parser {
-            s: source[from..].as_bytes(),
+            s: &source.as_bytes()[from..],
             i: 0,
         };
         found = Some(p.value()?);

@@ -435,3 +435,44 @@ fn token_and_cost_budgets() {
         "{e}"
     );
 }
+
+#[test]
+fn hybrid_agent_takes_a_proposer_and_its_keys() {
+    let d = task_fixture();
+    let head = "name = \"g\"\ntask = \"demo\"\n[agent]\nkind = \"hybrid\"\n";
+    let g = parse_in(
+        &d,
+        &format!("{head}proposer = \"llm\"\ntune_evaluations = 3\nurl = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n"),
+    )
+    .unwrap();
+    let crate::wire::AgentSpec::Hybrid(h) = &g.agent else {
+        panic!("{:?}", g.agent)
+    };
+    assert_eq!(h.tune_evaluations, 3);
+    assert_eq!(h.proposer.kind(), "llm");
+    assert_eq!(g.agent.proposer().kind(), "llm");
+
+    let no_proposer = parse_in(&d, head).unwrap_err().to_string();
+    assert!(no_proposer.contains("needs `proposer`"), "{no_proposer}");
+    let search = parse_in(&d, &format!("{head}proposer = \"search\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        search.contains("must be \"llm\" or \"command\""),
+        "{search}"
+    );
+    let zero = parse_in(
+        &d,
+        &format!("{head}proposer = \"llm\"\ntune_evaluations = 0\nurl = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(zero.contains("between 1 and"), "{zero}");
+    let stray = parse_in(
+        &d,
+        "name = \"g\"\ntask = \"demo\"\n[agent]\nkind = \"search\"\ntune_evaluations = 2\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(stray.contains("does not apply"), "{stray}");
+}
