@@ -169,6 +169,22 @@ pub enum Command {
         #[arg(long, default_value = crate::digest::DEFAULT_SINCE)]
         since: String,
     },
+    /// Start a new goal from another's state (its candidates, measurements and best) as of
+    /// event SEQ, with a new name, budget or agent; the fork records where it came from
+    Fork {
+        /// The origin goal's id or name, optionally @SEQ (an event of it, from `events`)
+        goal: String,
+        /// The fork's name (default: the origin's with -fork)
+        #[arg(long)]
+        name: Option<String>,
+        /// A [budget] key for the fork, KEY=VALUE (iterations=20, wall=2h, gpu_hours=1,
+        /// tokens=100000); repeatable. Counts from what the fork carries over
+        #[arg(long, value_name = "KEY=VALUE")]
+        budget: Vec<String>,
+        /// A file with an [agent] table (as in a goal file) for the fork
+        #[arg(long, value_name = "FILE")]
+        agent: Option<PathBuf>,
+    },
     /// Versions of this client and of the daemon
     Version,
     /// The man pages: kernelctl.1 to stdout, or with --out every page (kernelctl.1,

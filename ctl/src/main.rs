@@ -12,6 +12,7 @@ mod client;
 mod digest;
 mod failure;
 mod follow;
+mod fork;
 mod man;
 mod render;
 mod report;
@@ -145,6 +146,12 @@ fn run(command: Command, ctx: &Ctx) -> Result<u8, Failure> {
         } => retime::retime(ctx, goal, Some(candidate), times, !no_wait),
         Command::Completions { shell } => completions(shell),
         Command::Digest { since } => digest::command(ctx, &since),
+        Command::Fork {
+            goal,
+            name,
+            budget,
+            agent,
+        } => fork::command(ctx, &goal, name, budget, agent.as_deref()),
         Command::Version => version(ctx),
         Command::Man { out } => man(ctx, out.as_deref()),
     }

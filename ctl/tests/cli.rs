@@ -132,6 +132,7 @@ fn summary(state: GoalState) -> GoalSummary {
         gpu_s: 290.0,
         tokens: 0,
         waiting: None,
+        forked_from: None,
     }
 }
 

@@ -107,6 +107,9 @@ pub struct GoalProjection {
     /// Tokens the agent's endpoint spent on this goal's proposals (its `usage`).
     #[serde(default)]
     pub tokens: u64,
+    /// A fork's origin.
+    #[serde(default)]
+    pub forked_from: Option<crate::wire::ForkOrigin>,
     /// Would-be bests waiting for their re-time, by iteration.
     #[serde(default)]
     pub confirming: BTreeMap<u64, RetimeWork>,
@@ -140,6 +143,7 @@ impl GoalProjection {
             gpu_ms: 0,
             failures: BTreeMap::new(),
             tokens: 0,
+            forked_from: None,
             confirming: BTreeMap::new(),
             retimes: BTreeMap::new(),
             confirmations: BTreeMap::new(),
@@ -268,6 +272,7 @@ impl GoalProjection {
                 self.state = *to;
                 self.reason = reason.clone();
             }
+            EventKind::GoalForked { origin } => self.forked_from = Some(origin.clone()),
             EventKind::SeedDescribed {
                 seed,
                 space,
@@ -386,6 +391,7 @@ impl GoalProjection {
             gpu_s: self.gpu_ms as f64 / 1000.0,
             tokens: self.tokens,
             waiting: None,
+            forked_from: self.forked_from.clone(),
         }
     }
 }

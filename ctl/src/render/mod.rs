@@ -440,6 +440,7 @@ mod tests {
             gpu_s: 200.0,
             tokens: 0,
             waiting: None,
+            forked_from: None,
         }
     }
 

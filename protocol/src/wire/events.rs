@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{BestSummary, EvalResult, GoalSpec, GoalState, Health};
+use super::{BestSummary, EvalResult, ForkOrigin, GoalSpec, GoalState, Health};
 
 /// One immutable record of the log. Every state the daemon shows is a projection of these.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -32,6 +32,11 @@ pub enum EventKind {
     GoalEnqueued {
         spec: GoalSpec,
         owner_uid: u32,
+    },
+    /// This goal is a fork: the events after this one up to its first own are copies of
+    /// the origin's (its candidates, measurements and best as of `origin.seq`).
+    GoalForked {
+        origin: ForkOrigin,
     },
     GoalStateChanged {
         from: GoalState,
@@ -209,6 +214,7 @@ impl EventKind {
             EventKind::DaemonStarted { .. } => "daemon_started",
             EventKind::DaemonStopped { .. } => "daemon_stopped",
             EventKind::GoalEnqueued { .. } => "goal_enqueued",
+            EventKind::GoalForked { .. } => "goal_forked",
             EventKind::GoalStateChanged { .. } => "goal_state_changed",
             EventKind::SeedDescribed { .. } => "seed_described",
             EventKind::CandidateProposed { .. } => "candidate_proposed",

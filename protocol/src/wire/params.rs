@@ -142,6 +142,9 @@ pub struct GoalSummary {
     /// being retried), in words a user can act on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
+    /// A fork's origin (`kernelctl fork`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<super::ForkOrigin>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -9,6 +9,7 @@ mod cancel;
 mod context;
 mod enqueue;
 mod events;
+mod fork;
 mod gpus;
 mod pause;
 mod resume;
