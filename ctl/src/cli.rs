@@ -169,6 +169,18 @@ pub enum Command {
         #[arg(long, default_value = crate::digest::DEFAULT_SINCE)]
         since: String,
     },
+    /// Re-measure the goal's best few candidates now and say whether each still holds its
+    /// win beyond noise (after a driver, CUDA, torch or triton upgrade); exits 1 if one did not
+    Revalidate {
+        /// The goal's id or name
+        goal: String,
+        /// How many of the best distinct candidates (default 3)
+        #[arg(long)]
+        top: Option<u32>,
+        /// Queue the re-times and print their request ids, without waiting
+        #[arg(long)]
+        no_wait: bool,
+    },
     /// Start a new goal from another's state (its candidates, measurements and best) as of
     /// event SEQ, with a new name, budget or agent; the fork records where it came from
     Fork {

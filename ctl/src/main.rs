@@ -17,6 +17,7 @@ mod man;
 mod render;
 mod report;
 mod retime;
+mod revalidate;
 mod term;
 
 use std::io::{self, IsTerminal, Write};
@@ -146,6 +147,7 @@ fn run(command: Command, ctx: &Ctx) -> Result<u8, Failure> {
         } => retime::retime(ctx, goal, Some(candidate), times, !no_wait),
         Command::Completions { shell } => completions(shell),
         Command::Digest { since } => digest::command(ctx, &since),
+        Command::Revalidate { goal, top, no_wait } => revalidate::command(ctx, goal, top, !no_wait),
         Command::Fork {
             goal,
             name,

@@ -133,6 +133,7 @@ fn summary(state: GoalState) -> GoalSummary {
         tokens: 0,
         waiting: None,
         forked_from: None,
+        environment_changed: None,
     }
 }
 
@@ -145,6 +146,7 @@ fn best_summary(iteration: u64, speedup: f64) -> BestSummary {
         spread_pct: 2.1,
         iteration,
         interpreted: false,
+        environment: None,
     }
 }
 

@@ -52,6 +52,9 @@ pub struct RetimeWork {
     /// A confirmation: the would-be best with its first figures.
     #[serde(default)]
     pub best: Option<BestSummary>,
+    /// A `revalidate` request's: the figures its result is checked against.
+    #[serde(default)]
+    pub revalidate: Option<crate::wire::Revalidation>,
     pub times: u32,
     /// Re-times with a recorded result.
     pub done: u32,
@@ -176,6 +179,7 @@ impl GoalProjection {
                         source_hash: source_hash.clone(),
                         request: None,
                         best: Some(best.clone()),
+                        revalidate: None,
                         times: 1,
                         done: 0,
                         attempts: 0,
@@ -190,6 +194,7 @@ impl GoalProjection {
                 config,
                 source_hash,
                 times,
+                revalidate,
                 ..
             } => {
                 self.retimes.insert(
@@ -202,6 +207,7 @@ impl GoalProjection {
                         source_hash: source_hash.clone(),
                         request: Some(ev.seq),
                         best: None,
+                        revalidate: revalidate.clone(),
                         times: *times,
                         done: 0,
                         attempts: 0,
@@ -347,7 +353,8 @@ impl GoalProjection {
             | EventKind::SlurmJobStarted { .. }
             | EventKind::SlurmJobEnded { .. }
             | EventKind::AgentFailed { .. }
-            | EventKind::AgentRetrying { .. } => {}
+            | EventKind::AgentRetrying { .. }
+            | EventKind::Revalidated { .. } => {}
             EventKind::WinPending { .. }
             | EventKind::RetimeRequested { .. }
             | EventKind::RetimeStarted { .. }
@@ -392,6 +399,7 @@ impl GoalProjection {
             tokens: self.tokens,
             waiting: None,
             forked_from: self.forked_from.clone(),
+            environment_changed: None,
         }
     }
 }

@@ -488,6 +488,7 @@ async fn dispatch(engine: &Engine, call: Call, uid: u32) -> RpcResult<Value> {
         Call::Retime(p) => to_value(engine.retime(&p, uid).await),
         Call::Retimes(p) => to_value(engine.retimes(&p, uid).await),
         Call::Fork(p) => to_value(engine.fork(p, uid).await),
+        Call::Revalidate(p) => to_value(engine.revalidate(&p, uid).await),
     }
 }
 

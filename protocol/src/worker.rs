@@ -89,6 +89,11 @@ pub struct Ready {
     pub triton: Option<String>,
     #[serde(default)]
     pub python: Option<String>,
+    /// torch's CUDA version and the NVIDIA driver's (GPU mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
     /// Name, uuid, compute capability; null in CPU mode.
     #[serde(default)]
     pub device: Value,

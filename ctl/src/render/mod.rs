@@ -253,6 +253,12 @@ pub fn status_table(goals: &[GoalSummary], paint: Paint) -> String {
             out.push_str(&format!("{} {} waits: {w}\n", g.id, g.name));
         }
     }
+    // A best that may no longer win (its environment changed since it was measured).
+    for g in goals {
+        if let Some(c) = &g.environment_changed {
+            out.push_str(&format!("{} {}: {c}\n", g.id, g.name));
+        }
+    }
     if goals
         .iter()
         .any(|g| g.best.as_ref().is_some_and(|b| b.interpreted))
@@ -430,6 +436,7 @@ mod tests {
                 spread_pct: 2.5,
                 iteration: 9,
                 interpreted: false,
+                environment: None,
             }),
             priority: 0,
             gpus: 1,
@@ -441,6 +448,7 @@ mod tests {
             tokens: 0,
             waiting: None,
             forked_from: None,
+            environment_changed: None,
         }
     }
 

@@ -214,6 +214,9 @@ fn summary_fields(g: &GoalSummary) -> Vec<(&'static str, String)> {
     if let Some(w) = &g.waiting {
         fields.push(("waiting", w.clone()));
     }
+    if let Some(c) = &g.environment_changed {
+        fields.push(("environment", c.clone()));
+    }
     if let Some(o) = &g.forked_from {
         fields.push(("forked from", o.to_string()));
     }

@@ -623,6 +623,7 @@ mod tests {
                         spread_pct: 0.0,
                         iteration: it,
                         interpreted: false,
+                        environment: None,
                     });
                 }
                 if x >= target {

@@ -191,6 +191,7 @@ impl Engine {
         }
         let started = Instant::now();
         let w = worker.as_mut().expect("ensured");
+        let environment = Environment::from_ready(&w.ready, super::KERNELD_VERSION);
         let reply = tokio::select! {
             r = ask_raw::<worker::Evaluated>(w, &req, self.config().eval_timeout) => r,
             _ = cancel.cancelled() => {
@@ -268,7 +269,10 @@ impl Engine {
                 EvalResult::failure(ResultClass::Error, e.to_string(), elapsed)
             }
         };
-        Outcome::Done(Box::new(result))
+        Outcome::Done(Box::new(EvalResult {
+            environment: Some(environment),
+            ..result
+        }))
     }
 
     pub(super) async fn abort(
@@ -327,6 +331,7 @@ impl Engine {
                     spread_pct: spread,
                     iteration: p.iteration,
                     interpreted: result.interpreted,
+                    environment: result.environment.clone(),
                 })
             });
         // A throttled measurement drains the device for a cool-down.

@@ -27,6 +27,7 @@ mod evaluation;
 mod iteration;
 pub(crate) mod ops;
 mod retime;
+mod revalidate;
 mod slots;
 // Slurm slots: the hooks marked HOOK(slurm) call into this room.
 mod slurm;
@@ -126,7 +127,13 @@ struct Slot {
 struct State {
     goals: BTreeMap<String, GoalRt>,
     slots: Vec<Slot>,
+    /// What the newest worker reported (workers start at start-up): what a goal's best
+    /// is compared with (`environment_changed` in `status`).
+    environment: Option<Environment>,
 }
+
+/// This build's version, as results record it.
+pub(crate) const KERNELD_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub struct Engine {
     cfg: std::sync::RwLock<Config>,
@@ -226,7 +233,11 @@ impl Engine {
             cfg: std::sync::RwLock::new(cfg),
             store,
             devices,
-            state: Mutex::new(State { goals: map, slots }),
+            state: Mutex::new(State {
+                goals: map,
+                slots,
+                environment: None,
+            }),
             commit_lock: tokio::sync::Mutex::new(()),
             wake: Notify::new(),
             events,

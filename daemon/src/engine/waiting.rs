@@ -11,7 +11,27 @@ use crate::wire::*;
 pub(super) fn summary(st: &State, rt: &GoalRt, now_ms: u64) -> GoalSummary {
     let mut s = rt.proj.summary(now_ms, rt.leases.len() as u32);
     s.waiting = why(st, rt);
+    s.environment_changed = environment_changed(st, rt);
     s
+}
+
+/// The best was measured under another environment than today's: what changed, and what
+/// to do. Compared with kerneld's own version from start-up on, with the rest once a
+/// worker has reported (workers start with the daemon).
+fn environment_changed(st: &State, rt: &GoalRt) -> Option<String> {
+    let then = rt.proj.best.as_ref()?.environment.as_ref()?;
+    let now = st.environment.clone().unwrap_or_else(|| Environment {
+        kerneld: super::KERNELD_VERSION.to_string(),
+        ..Environment::default()
+    });
+    let changes = then.changes(&now);
+    (!changes.is_empty()).then(|| {
+        format!(
+            "the best was measured under another environment ({}): `kernelctl revalidate {}`              re-measures the best candidates now",
+            changes.join(", "),
+            rt.proj.id
+        )
+    })
 }
 
 fn why(st: &State, rt: &GoalRt) -> Option<String> {

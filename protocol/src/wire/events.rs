@@ -164,6 +164,22 @@ pub enum EventKind {
         source_hash: Option<String>,
         times: u32,
         by_uid: u32,
+        /// A `revalidate` request: its result is checked against these figures.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        revalidate: Option<super::Revalidation>,
+    },
+    /// A revalidation's re-time finished: whether the candidate still holds its win
+    /// (its speedup now within the noise of the one it was measured at, or above).
+    Revalidated {
+        iteration: u64,
+        candidate: String,
+        request: u64,
+        then_speedup: f64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        now_speedup: Option<f64>,
+        spread_pct: f64,
+        held: bool,
+        reason: String,
     },
     /// A re-time began: a would-be best's confirmation (`request` absent) or one of a
     /// `retime` request's.
@@ -235,6 +251,7 @@ impl EventKind {
             EventKind::RetimeFinished { .. } => "retime_finished",
             EventKind::RetimeAborted { .. } => "retime_aborted",
             EventKind::WinChecked { .. } => "win_checked",
+            EventKind::Revalidated { .. } => "revalidated",
         }
     }
 }

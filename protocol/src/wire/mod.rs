@@ -190,6 +190,8 @@ methods! {
     Retime(RetimeParams) = RETIME "retime",
     /// A `retime` request's progress and its stability summary.
     Retimes(RetimesParams) = RETIMES "retimes",
+    /// Re-measure a goal's best few candidates now; record whether each still wins.
+    Revalidate(RevalidateParams) = REVALIDATE "revalidate",
     /// A new goal from another's state as of one of its events.
     Fork(ForkParams) = FORK "fork",
 }

@@ -106,6 +106,9 @@ pub struct BestSummary {
     pub iteration: u64,
     /// True when measured under Triton's interpreter (CPU mode): not a GPU figure.
     pub interpreted: bool,
+    /// What measured it (absent in bests logged before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<super::Environment>,
 }
 
 /// One goal as `status` lists it.
@@ -145,6 +148,10 @@ pub struct GoalSummary {
     /// A fork's origin (`kernelctl fork`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<super::ForkOrigin>,
+    /// The best was measured under another environment than the daemon's now: what
+    /// changed, and what to do (`kernelctl revalidate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_changed: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {

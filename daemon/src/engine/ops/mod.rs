@@ -14,6 +14,7 @@ mod gpus;
 mod pause;
 mod resume;
 mod retime;
+mod revalidate;
 mod show;
 mod status;
 mod transition;
