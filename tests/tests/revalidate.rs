@@ -44,7 +44,11 @@ fn an_upgrade_is_noticed_at_start_up_and_revalidate_says_which_wins_hold() {
     let env = g.best.as_ref().and_then(|b| b.environment.clone());
     let env = env.expect("the best records its environment");
     assert_eq!(
-        (env.torch.as_deref(), env.cuda.as_deref(), env.driver.as_deref()),
+        (
+            env.torch.as_deref(),
+            env.cuda.as_deref(),
+            env.driver.as_deref()
+        ),
         (Some("2.11.0"), Some("12.8"), Some("570.86"))
     );
     assert_eq!(env.kerneld, env!("CARGO_PKG_VERSION"));
@@ -59,7 +63,11 @@ fn an_upgrade_is_noticed_at_start_up_and_revalidate_says_which_wins_hold() {
         said = d.goal(&id).environment_changed.unwrap_or_default();
         !said.is_empty()
     });
-    assert!(noticed, "status never said the environment changed\n{}", d.log_text());
+    assert!(
+        noticed,
+        "status never said the environment changed\n{}",
+        d.log_text()
+    );
     assert!(said.contains("torch 2.11.0 -> 2.12.0"), "{said}");
     let status = kernelctl(&d.socket, &["status"]);
     let status = String::from_utf8_lossy(&status.stdout).into_owned();
@@ -71,7 +79,10 @@ fn an_upgrade_is_noticed_at_start_up_and_revalidate_says_which_wins_hold() {
     let out = kernelctl(&d.socket, &["revalidate", "trunk", "--top", "2"]);
     let text = output_text(&out);
     assert_eq!(out.status.code(), Some(1), "a lost win exits 1\n{text}");
-    assert!(text.contains("LOST") && text.contains("lost its win"), "{text}");
+    assert!(
+        text.contains("LOST") && text.contains("lost its win"),
+        "{text}"
+    );
     let v = verdicts(&d, &id);
     assert_eq!(v.len(), 2, "{v:?}");
     assert!(v.iter().all(|(_, held)| !held), "{v:?}");
