@@ -284,7 +284,7 @@ pub(super) fn check_win(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use serde_json::json;
 
@@ -314,7 +314,8 @@ mod tests {
         }
     }
 
-    fn timed(speedup: f64, spread: f64) -> EvalResult {
+    /// A correct, timed re-time (revalidate.rs's tests too).
+    pub(in crate::engine) fn timed(speedup: f64, spread: f64) -> EvalResult {
         EvalResult {
             class: ResultClass::Ok,
             correct: true,

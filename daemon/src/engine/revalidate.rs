@@ -56,6 +56,7 @@ pub(super) fn revalidated(w: &RetimeWork, retime: &EvalResult) -> Option<EventKi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::retime::tests::timed;
     use serde_json::json;
 
     fn work(speedup: f64, spread: f64) -> RetimeWork {
@@ -75,16 +76,6 @@ mod tests {
             done: 0,
             attempts: 1,
             aborted: 0,
-        }
-    }
-
-    fn timed(speedup: f64, spread: f64) -> EvalResult {
-        EvalResult {
-            class: ResultClass::Ok,
-            correct: true,
-            speedup: Some(speedup),
-            spread_pct: Some(spread),
-            ..EvalResult::failure(ResultClass::Ok, "", 0.1)
         }
     }
 

@@ -84,13 +84,7 @@ impl Engine {
             text.push('\n');
             text.push_str(agent);
         }
-        let trusted = self.is_trusted(uid);
-        let requester = crate::goal::Requester {
-            trusted,
-            may_run_commands: trusted || nix::unistd::geteuid().is_root(),
-            files: Default::default(),
-            llm_keys: self.config().llm_keys.clone(),
-        };
+        let requester = self.requester(uid, Default::default());
         let kernels = self.config().kernels_dir.clone();
         let label = format!("the fork of {from} (--name, --budget, --agent)");
         let parsed = tokio::task::spawn_blocking(move || {
@@ -126,6 +120,7 @@ impl Engine {
         let evaluations = carried.evaluations;
         let best_iteration = carried.best;
         then.extend(carried.kinds);
+        let name = spec.name.clone();
         let guard = self.commit_lock.lock().await;
         let store = self.store.clone();
         let (id, evs) =
@@ -133,22 +128,7 @@ impl Engine {
                 .await
                 .map_err(internal)?
                 .map_err(internal)?;
-        let name = {
-            let mut st = self.state.lock().unwrap();
-            let proj = self
-                .store
-                .goal(&id)
-                .map_err(internal)?
-                .ok_or_else(|| internal("forked goal missing"))?;
-            let name = proj.spec.name.clone();
-            st.goals.insert(id.clone(), GoalRt::new(proj));
-            name
-        };
-        drop(guard);
-        for ev in evs {
-            let _ = self.events.send(ev);
-        }
-        self.wake.notify_one();
+        self.adopt(&id, evs, guard)?;
         Ok(ForkResult {
             id,
             name,
