@@ -40,7 +40,7 @@ pub(crate) fn command(
     }
     let r: ForkResult = decode(method::FORK, value)?;
     ctx.note(&format!(
-        "{} ({}) forked from {}@{}: {} evaluations carried over{}",
+        "{} ({}) forked from {}@{}: {} evaluation(s) carried over{}",
         r.id,
         r.name,
         r.from,

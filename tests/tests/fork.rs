@@ -1,7 +1,7 @@
 //! `kernelctl fork GOAL@SEQ`: a new goal from another's candidates, measurements and best
 //! as of one of its events, with its own name and budget; it records where it came from,
 //! `show` says so, and its search goes on from the carried history (never re-proposing a
-//! carried candidate). The stub worker keeps it fast: the daemon and client are real.
+//! carried candidate). The scripted worker keeps it fast: the daemon and client are real.
 
 use std::time::Duration;
 
@@ -26,20 +26,22 @@ fn proposed(d: &Daemon, goal: &str) -> Vec<(u64, String)> {
 #[test]
 fn a_fork_carries_the_origins_state_as_of_seq_and_says_where_it_came_from() {
     let dir = TempDir::new("fork");
-    let kernels = stub_kernels(dir.path());
+    let kernels = scripted_kernels(dir.path());
+    std::fs::write(kernels.join("harness/script.json"), r#"{"first": 2.0}"#).unwrap();
     let d = Daemon::start_kernels(dir.path(), &kernels, &[], &[]);
-    let origin = enqueue(&d, &demo_goal(dir.path(), "trunk", 4, ""));
+    // Its SPACE has three configurations: two for the origin, one left for the fork.
+    let origin = enqueue(&d, &demo_goal(dir.path(), "trunk", 2, ""));
     let g = d.wait_terminal(&origin, Duration::from_secs(60));
     assert_eq!(g.state, GoalState::Completed, "{g:?}\n{}", d.log_text());
 
-    // Fork as of the origin's second result.
+    // Fork as of the origin's first result.
     let seq = d
         .events(0)
         .into_iter()
         .filter(|e| e.goal.as_deref() == Some(origin.as_str()))
         .filter(|e| matches!(e.kind, EventKind::EvaluationFinished { .. }))
-        .nth(1)
-        .expect("a second result")
+        .next()
+        .expect("a result")
         .seq;
     let out = kernelctl(
         &d.socket,
@@ -57,7 +59,7 @@ fn a_fork_carries_the_origins_state_as_of_seq_and_says_where_it_came_from() {
     let said = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         said.contains(&format!(
-            "forked from {origin}@{seq}: 2 evaluations carried over"
+            "forked from {origin}@{seq}: 1 evaluation(s) carried over"
         )),
         "{said}"
     );
@@ -69,12 +71,12 @@ fn a_fork_carries_the_origins_state_as_of_seq_and_says_where_it_came_from() {
         "{f:?}\n{}",
         d.log_text()
     );
-    // Two carried, two of its own.
-    assert_eq!((f.evaluations, f.iteration), (4, 4), "{f:?}");
-    let origin_first: Vec<_> = proposed(&d, &origin).into_iter().take(2).collect();
+    // One carried, two of its own.
+    assert_eq!((f.evaluations, f.iteration), (3, 3), "{f:?}");
+    let origin_first: Vec<_> = proposed(&d, &origin).into_iter().take(1).collect();
     let fork_all = proposed(&d, &fork);
-    assert_eq!(&fork_all[..2], &origin_first[..], "the carried candidates");
-    for (_, c) in &fork_all[2..] {
+    assert_eq!(&fork_all[..1], &origin_first[..], "the carried candidate");
+    for (_, c) in &fork_all[1..] {
         assert!(
             !origin_first.iter().any(|(_, o)| o == c),
             "the fork re-proposed carried candidate {c}"
@@ -85,7 +87,7 @@ fn a_fork_carries_the_origins_state_as_of_seq_and_says_where_it_came_from() {
         f.forked_from
             .as_ref()
             .map(|o| (o.goal.as_str(), o.seq, o.iterations)),
-        Some((origin.as_str(), seq, 2))
+        Some((origin.as_str(), seq, 1))
     );
 
     let show = kernelctl(&d.socket, &["show", "branch"]);
