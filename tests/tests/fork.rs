@@ -39,8 +39,7 @@ fn a_fork_carries_the_origins_state_as_of_seq_and_says_where_it_came_from() {
         .events(0)
         .into_iter()
         .filter(|e| e.goal.as_deref() == Some(origin.as_str()))
-        .filter(|e| matches!(e.kind, EventKind::EvaluationFinished { .. }))
-        .next()
+        .find(|e| matches!(e.kind, EventKind::EvaluationFinished { .. }))
         .expect("a result")
         .seq;
     let out = kernelctl(
