@@ -40,8 +40,6 @@ SEEDS = {"v3": "chunked_v3.py", "v4": "chunked_v4.py"}
 CONFIGS = {
     "v3": ("v3", {}),
     "v4": ("v4", {}),
-    "v4[BK=16,MAXNREG=168]": ("v4", {"BK": 16, "MAXNREG": 168}),
-    "v4[P=own]": ("v4", {"P": "own"}),
     "v4[P=own,MAXNREG=168]": ("v4", {"P": "own", "MAXNREG": 168}),
     "v4[P=role,MAXNREG=168]": ("v4", {"P": "role", "MAXNREG": 168}),
     "v4[P=role,MAXNREG=168,WU_LOAD=early]": ("v4", {"P": "role", "MAXNREG": 168, "WU_LOAD": "early"}),
@@ -49,6 +47,9 @@ CONFIGS = {
     "v4[P=own,MAXNREG=168,WU_LOAD=early]": ("v4", {"P": "own", "MAXNREG": 168, "WU_LOAD": "early"}),
     "v4[INV_ORDER=left]": ("v4", {"INV_ORDER": "left"}),
     "v4[WU_LOAD=early,INV_ORDER=left]": ("v4", {"WU_LOAD": "early", "INV_ORDER": "left"}),
+    "v4[SCAN=transition]": ("v4", {"SCAN": "transition"}),
+    "v4[SCAN=transition,WU_LOAD=early,INV_ORDER=left]": ("v4", {"SCAN": "transition", "WU_LOAD": "early",
+                                                                "INV_ORDER": "left"}),
     "v4[INV=split]": ("v4", {"INV": "split"}),
     # a probe, not a candidate: the Neumann inverse (depth 6 instead of 10) is wrong with nearly
     # parallel keys (tests/emulate_inv.py); its time says how much the inverse's chain costs
@@ -59,6 +60,7 @@ CONFIGS = {
 SCAN_CONFIGS = {
     "v4[SCAN_STAGES=1]": ("v4", {"SCAN_STAGES": 1}),
     "v4[SCAN_STAGES=2]": ("v4", {"SCAN_STAGES": 2}),
+    "v4[SCAN=transition,SCAN_STAGES=1]": ("v4", {"SCAN": "transition", "SCAN_STAGES": 1}),
 }
 CONFIGS.update(SCAN_CONFIGS)
 

@@ -20,8 +20,11 @@ What changed against v3 (seeds/chunked_v3.py: 447-470 us at b1_t8192_h16, of it 
     64 x 64 x (NB BK) dot per matrix and slice: 8 steps per chunk, the same tensor FLOPs, and all
     tiles are 4-D [NB, BC, NB, BK] from the load on (no layout conversion into the stacked form).
     Offline (sm_90, BEST): 8.2 k SASS per thread, 81 barriers (v3: 8.2 k, 133), 255 registers.
-  * P = "own": Q^ and P in a launch of their own (one accumulator per program), A and the rest in
-    the second one; INV = "split" as in v3. The Neumann inverse of v3's SPACE is not offered
+  * P = "own" / "role": Q^ and P in programs of their own (one accumulator each), in a first
+    launch or interleaved in the same one; INV = "split" as in v3; WU_LOAD = "early": W / U~'s
+    right-hand sides loaded before the inverse; INV_ORDER = "left": (T A_b) T.
+  * SCAN = "transition": a third launch forms M = -K^^T W, Q' = Q^ - P W, O~ = P U~, and the scan
+    runs S <- gamma * S + M S + K^^T U~, O = Q' S + O~: one dependent dot per chunk, not two. The Neumann inverse of v3's SPACE is not offered
     (wrong by 1e12 with nearly parallel keys, tests/emulate_inv.py).
   NOT MEASURED ON A GPU (no device time was left in session 4): BEST is the offline choice.
 
@@ -57,13 +60,15 @@ SPACE = {
                                  # up front, is a B operand: one operand store per level off the chain)
     "BV": ["auto", 32, 16, 64],  # scan: V tile of the state per program (B*H*V/BV programs);
                                  # auto: 16 while B*H*V/16 <= 132 (H200 SMs), else 32
+    "SCAN": ["plain", "transition"],  # v1's scan (2 dependent dots per chunk), or M = -K^^T W,
+                                 # Q' = Q^ - P W, O~ = P U~ formed by a third launch (1 dependent dot)
     "SCAN_WARPS": [4, 8],
     "SCAN_STAGES": [3, 2, 1],
 }
 BEST = {"C": 64, "BC": 16, "BK": 32, "PREP_WARPS": 4, "MAXNREG": 0, "BVP": 64, "WU_LOAD": "late",
         "AP_DOT": "tf32",
         "P": "fused", "INV": "fused", "INV_WARPS": 4, "INV_DOT": "tf32", "INV_ORDER": "right",
-        "BV": "auto", "SCAN_WARPS": 4, "SCAN_STAGES": 3}
+        "BV": "auto", "SCAN": "plain", "SCAN_WARPS": 4, "SCAN_STAGES": 3}
 DEFAULT = dict(BEST)
 
 
@@ -326,6 +331,74 @@ def _kda_scan(q_hat, k_hat, w, u_tilde, p_mat, gamma, h0, o, h_final,
     tl.store(h_final + s_offs, S)
 
 
+@triton.jit
+def _kda_trans_v4(q_hat, k_hat, w, u_tilde, p_mat, m_mat, o_til, T, H, NT,
+                  K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BN: tl.constexpr):
+    """SCAN = "transition": fold W and P into the chunk's transition so that the scan has one
+    dependent dot per chunk instead of two:
+        M = -K^^T W [K, K] (bf16),  Q' = Q^ - P W (over Q^),  O~ = P U~
+    then S <- gamma * S + M S + K^^T U~ and O = Q' S + O~ (the same sums as U = U~ - W S,
+    O = Q^ S + P U, S <- gamma * S + K^^T U; K^^T U~ and Q' S do not depend on the chain; P's zeros
+    above the diagonal keep O causal, exactly)."""
+    c, bh, tok0, crow0, grow0 = _chunk_rows(T, H, NT, C, 0)
+    out_dt = q_hat.dtype.element_ty
+    rows = tl.arange(0, C)
+    kr = tl.arange(0, K)
+    ri = rows[:, None]
+    mrow = (grow0 * K + kr)[:, None]
+    kh_t = tl.trans(tl.load(k_hat + crow0 * K + ri * K + kr[None, :]))       # [K, C]
+    p_c = tl.load(p_mat + crow0 * C + ri * C + rows[None, :])                  # [C, C]
+    for n0 in tl.static_range(0, K, BN):
+        nc = (n0 + tl.arange(0, BN))[None, :]
+        w_s = tl.load(w + crow0 * K + ri * K + nc)
+        tl.store(m_mat + mrow * K + nc, (-tl.dot(kh_t, w_s)).to(out_dt))
+        q_s = tl.load(q_hat + crow0 * K + ri * K + nc).to(tl.float32)
+        tl.store(q_hat + crow0 * K + ri * K + nc, (q_s - tl.dot(p_c, w_s)).to(out_dt))
+    for n0 in tl.static_range(0, V, BN):
+        nc = (n0 + tl.arange(0, BN))[None, :]
+        u_s = tl.load(u_tilde + crow0 * V + ri * V + nc)
+        tl.store(o_til + crow0 * V + ri * V + nc, tl.dot(p_c, u_s).to(out_dt))
+
+
+@triton.jit
+def _kda_scan_tr(q_hat, k_hat, m_mat, u_tilde, o_til, gamma, h0, o, h_final,
+                 T, H, NT,
+                 K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr,
+                 HAS_H0: tl.constexpr, STAGES: tl.constexpr):
+    """SCAN = "transition": S <- gamma * S + M S + K^^T U~, O = Q' S + O~ (one dependent dot per chunk)."""
+    vt = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    rows = tl.arange(0, C)
+    kr = tl.arange(0, K)
+    vc = vt * BV + tl.arange(0, BV)
+    s_offs = bh.to(tl.int64) * K * V + kr[:, None] * V + vc[None, :]
+    if HAS_H0:
+        S = tl.load(h0 + s_offs).to(tl.float32)
+    else:
+        S = tl.zeros([K, BV], dtype=tl.float32)
+    lowp = o.dtype.element_ty
+    for c in tl.range(0, NT, num_stages=STAGES):
+        gi = (bh * NT + c).to(tl.int64)
+        crow = gi * C + rows
+        mrow = gi * K + kr
+        qp_c = tl.load(q_hat + crow[:, None] * K + kr[None, :]).to(lowp)          # [C, K]  Q'
+        oi_c = tl.load(o_til + crow[:, None] * V + vc[None, :]).to(tl.float32)    # [C, BV] O~
+        m_c = tl.load(m_mat + mrow[:, None] * K + kr[None, :]).to(lowp)           # [K, K]  M
+        kh_c = tl.load(k_hat + crow[:, None] * K + kr[None, :]).to(lowp)          # [C, K]  K^
+        ut_c = tl.load(u_tilde + crow[:, None] * V + vc[None, :]).to(lowp)        # [C, BV] U~
+        gam = tl.load(gamma + gi * K + kr)
+        h_c = tl.dot(tl.trans(kh_c), ut_c)            # K^^T U~: independent of S, off the chain
+        s_op = S.to(lowp)
+        t = c * C + rows
+        tok = (b * T + t).to(tl.int64) * H + h
+        tl.store(o + tok[:, None] * V + vc[None, :], tl.dot(qp_c, s_op, oi_c).to(o.dtype.element_ty),
+                 mask=(t < T)[:, None])
+        S = gam[:, None] * S + tl.dot(m_c, s_op, h_c)
+    tl.store(h_final + s_offs, S)
+
+
 def prep_args(q, cfg):
     """Constexprs of the preparation that depend on the input dtype (CPU mode: fp16)."""
     lowp_ok = q.dtype == torch.bfloat16           # fp16 cannot hold the e^80 column factors
@@ -350,9 +423,11 @@ def buffers(q, v, cfg):
 
     def e(rows, cols, dt=q.dtype):
         return torch.empty((rows, cols), device=q.device, dtype=dt)
+    tr = cfg["SCAN"] == "transition"
     return dict(q_hat=e(n * C, K), k_hat=e(n * C, K), w=e(n * C, K), u_tilde=e(n * C, V),
                 p_mat=e(n * C, C), gamma=e(n, K, torch.float32),
-                a_scr=e(n * C, C, torch.float32) if cfg["INV"] == "split" else None)
+                a_scr=e(n * C, C, torch.float32) if cfg["INV"] == "split" else None,
+                m_mat=e(n * K, K) if tr else None, o_til=e(n * C, V) if tr else None)
 
 
 def prep(q, k, v, g, beta, buf, cfg):
@@ -373,6 +448,10 @@ def prep(q, k, v, g, beta, buf, cfg):
         **pa, **prep_launch(cfg))
     if split:
         inv_wu(v, beta, buf, cfg)
+    if cfg["SCAN"] == "transition":               # fold W, U~, P into the chunk's transition
+        _kda_trans_v4[(NT, B * H)](buf["q_hat"], buf["k_hat"], buf["w"], buf["u_tilde"], buf["p_mat"],
+                                   buf["m_mat"], buf["o_til"], T, H, NT, K=K, V=V, C=C,
+                                   BN=min(64, K, V), num_warps=4)
 
 
 def inv_wu(v, beta, buf, cfg):
@@ -395,6 +474,13 @@ def scan(q, v, h0, buf, out, cfg):
         BV = 16 if B * H * (V // 16) <= 132 else 32
     BV = min(BV, V)
     has_h0 = h0 is not None
+    if cfg["SCAN"] == "transition":
+        _kda_scan_tr[(V // BV, B * H)](
+            buf["q_hat"], buf["k_hat"], buf["m_mat"], buf["u_tilde"], buf["o_til"], buf["gamma"],
+            h0.contiguous() if has_h0 else buf["gamma"], out["o"], out["final_state"],
+            T, H, triton.cdiv(T, C), K=K, V=V, C=C, BV=BV, HAS_H0=has_h0,
+            STAGES=cfg["SCAN_STAGES"], num_warps=cfg["SCAN_WARPS"])
+        return
     _kda_scan[(V // BV, B * H)](
         buf["q_hat"], buf["k_hat"], buf["w"], buf["u_tilde"], buf["p_mat"], buf["gamma"],
         h0.contiguous() if has_h0 else buf["gamma"], out["o"], out["final_state"],

@@ -120,6 +120,7 @@ def _ptr_types():
     """Argument types of v3's / v4's kernels (bf16 tensors, fp32 gates / states / scratch)."""
     ptr = {n: "*bf16" for n in ("q", "k", "v", "beta", "q_hat", "k_hat", "w", "u_tilde", "p_mat", "o")}
     ptr.update({n: "*fp32" for n in ("g", "gamma", "h0", "h_final", "a_scr")})
+    ptr.update({n: "*bf16" for n in ("m_mat", "o_til")})
     ptr["scale"] = "fp32"
     return ptr
 
@@ -175,7 +176,15 @@ def compile_v4(mod, cfg, scan=True):
                                                  INV_DOT=cfg["INV_DOT"], EARLY=pa["EARLY"], LEFT=pa["LEFT"]),
                       cfg["INV_WARPS"], 1)
         rows.append(_resources(ck, "v4._kda_inv_wu"))
-    if scan:
+    if cfg["SCAN"] == "transition":
+        ck = _compile(mod._kda_trans_v4, ptr, dict(K=K, V=V, C=cfg["C"], BN=64), 4, 1)
+        rows.append(_resources(ck, "v4._kda_trans_v4"))
+        if scan:
+            bv = 32 if cfg["BV"] == "auto" else cfg["BV"]
+            ck = _compile(mod._kda_scan_tr, ptr, dict(K=K, V=V, C=cfg["C"], BV=bv, HAS_H0=False,
+                                                      STAGES=cfg["SCAN_STAGES"]), cfg["SCAN_WARPS"], 1)
+            rows.append(_resources(ck, "v4._kda_scan_tr"))
+    elif scan:
         rows.append(_scan_row(mod, cfg, "v4._kda_scan"))
     return rows
 

@@ -3,7 +3,7 @@ offline sm_90 compile of its preparation (no GPU: Triton's bundled ptxas).
 
 What they pin down: v4 against the fp32 oracle in both gate regimes, with and without an initial
 state, ragged lengths, every output written (NaN-poisoned outputs), inputs untouched; every code
-path of SPACE (P fused / own / role, INV fused / split, WU_LOAD late / early, INV_ORDER, BK 32 / 16, lowp operands,
+path of SPACE (SCAN plain / transition, P fused / own / role, INV fused / split, WU_LOAD late / early, INV_ORDER, BK 32 / 16, lowp operands,
 tf32x3 inverse, BV);
 v4's stacked A / P equal to v3's per-block dots (same factors, only the dot's summation order
 differs); bit-exact causality at rows inside each sub-block and at a chunk's last row; the
@@ -55,7 +55,8 @@ def test_v4_strong_gates_at_the_bound():
 @pytest.mark.parametrize("cfg", [
     {"P": "own", "BK": 16, "BV": 16, "WU_LOAD": "early"},
     {"P": "role", "INV": "split", "INV_WARPS": 8, "AP_DOT": "lowp", "BVP": 32, "INV_ORDER": "left"},
-    {"WU_LOAD": "early", "INV_ORDER": "left"},
+    {"WU_LOAD": "early", "INV_ORDER": "left", "SCAN": "transition"},
+    {"SCAN": "transition", "INV": "split", "P": "own", "BV": 16},
     {"P": "own", "INV": "split", "INV_DOT": "tf32x3", "PREP_WARPS": 8, "MAXNREG": 168, "BV": 32,
      "WU_LOAD": "early"},
 ])
@@ -74,12 +75,12 @@ def test_v4_equals_v3():
         assert d < 1e-5, (n, d)
 
 
-@pytest.mark.parametrize("cfg", [{}, {"P": "role"}])
+@pytest.mark.parametrize("cfg", [{}, {"P": "role"}, {"SCAN": "transition"}])
 def test_v4_is_causal(cfg):
     """Rows inside each sub-block and the chunk's last rows; fp32 inputs make o sensitive to a
     one-ulp leak that an fp16 output would round away (v3's GPU check, run 5, saw 1.9e-6)."""
     inp = task.make_inputs(shape(T=130, K=32, gate="strong", h0=True), 11, "cpu", torch.float32)
-    for t in ((29, 40, 63) if not cfg else (40,)):     # P = role: the same slice code, one row
+    for t in ((29, 40, 63) if not cfg else (40,)):     # the others: the same slice code, one row
         res = task.causality_check(lambda i: run(seed, i, cfg), inp, t=t)
         assert res["passed"], (t, res)
 
