@@ -397,6 +397,67 @@ pub fn is_active(s: GoalState) -> bool {
     matches!(s, GoalState::Queued | GoalState::Running)
 }
 
+/// One HTTP/1.1 request as a stand-in endpoint reads it: path, Authorization, JSON body.
+pub struct HttpRequest {
+    pub path: String,
+    pub auth: String,
+    pub body: Value,
+}
+
+/// Reads one request from a client of a stand-in HTTP server (tests only: no chunked
+/// bodies, no keep-alive).
+pub fn read_http_request(stream: &std::net::TcpStream) -> HttpRequest {
+    use std::io::Read;
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let (mut len, mut auth) = (0usize, String::new());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        let lower = l.to_ascii_lowercase();
+        if let Some(v) = lower.strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap();
+        }
+        if lower.starts_with("authorization:") {
+            auth = l["authorization:".len()..].trim().to_string();
+        }
+    }
+    let mut body = vec![0u8; len];
+    reader.read_exact(&mut body).unwrap();
+    HttpRequest {
+        path,
+        auth,
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    }
+}
+
+/// A chat-completions reply whose content proposes `source` with `config`, and the
+/// `usage` an endpoint reports.
+pub fn chat_reply(note: &str, source: &str, config: &Value, tokens: Option<u64>) -> String {
+    let content = format!("{note}\n```python\n{source}\n```\n```json\n{config}\n```\n");
+    let mut reply = json!({"choices": [{"message": {"role": "assistant", "content": content}}]});
+    if let Some(t) = tokens {
+        reply["usage"] =
+            json!({"prompt_tokens": t / 2, "completion_tokens": t - t / 2, "total_tokens": t});
+    }
+    reply.to_string()
+}
+
+/// Writes an HTTP response and closes the connection.
+pub fn write_http(stream: &mut std::net::TcpStream, status: &str, headers: &str, body: &str) {
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{headers}Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
 // -- a client as another user ---------------------------------------------------------
 
 /// The unprivileged uid the tests run clients as.

@@ -162,6 +162,41 @@ pub enum Command {
         /// bash, zsh, fish, elvish or powershell
         shell: clap_complete::Shell,
     },
+    /// What happened lately: goals finished and why, new bests, evaluations and failures
+    /// by class, GPU-hours, endpoint retries, restarts and downtime
+    Digest {
+        /// How far back to look, e.g. 12h, 90m, 2d
+        #[arg(long, default_value = crate::digest::DEFAULT_SINCE)]
+        since: String,
+    },
+    /// Re-measure the goal's best few candidates now and say whether each still holds its
+    /// win beyond noise (after a driver, CUDA, torch or triton upgrade); exits 1 if one did not
+    Revalidate {
+        /// The goal's id or name
+        goal: String,
+        /// How many of the best distinct candidates (default 3)
+        #[arg(long)]
+        top: Option<u32>,
+        /// Queue the re-times and print their request ids, without waiting
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Start a new goal from another's state (its candidates, measurements and best) as of
+    /// event SEQ, with a new name, budget or agent; the fork records where it came from
+    Fork {
+        /// The origin goal's id or name, optionally @SEQ (an event of it, from `events`)
+        goal: String,
+        /// The fork's name (default: the origin's with -fork)
+        #[arg(long)]
+        name: Option<String>,
+        /// A [budget] key for the fork, KEY=VALUE (iterations=20, wall=2h, gpu_hours=1,
+        /// tokens=100000); repeatable. Counts from what the fork carries over
+        #[arg(long, value_name = "KEY=VALUE")]
+        budget: Vec<String>,
+        /// A file with an [agent] table (as in a goal file) for the fork
+        #[arg(long, value_name = "FILE")]
+        agent: Option<PathBuf>,
+    },
     /// Versions of this client and of the daemon
     Version,
     /// The man pages: kernelctl.1 to stdout, or with --out every page (kernelctl.1,

@@ -217,7 +217,7 @@ pub fn report(ctx: &Ctx, goal: String, output: Option<&Path>) -> Result<u8, Fail
         .map(crate::report::Format::for_path)
         .transpose()
         .map_err(Failure::Failed)?;
-    let events = all_events(ctx, &goal)?;
+    let events = all_events(ctx, Some(&goal))?;
     let progress = crate::report::Progress::from_events(&goal, &events);
     match (output, format) {
         (Some(path), Some(format)) => {
@@ -246,15 +246,15 @@ pub fn report(ctx: &Ctx, goal: String, output: Option<&Path>) -> Result<u8, Fail
     Ok(0)
 }
 
-/// Every event of a goal, oldest first, read page by page (an event of a type this
+/// Every event of a goal (or of the whole log), oldest first, read page by page (an event of a type this
 /// client does not know is skipped: the chart has no use for it).
-fn all_events(ctx: &Ctx, goal: &str) -> Result<Vec<Event>, Failure> {
+pub(crate) fn all_events(ctx: &Ctx, goal: Option<&str>) -> Result<Vec<Event>, Failure> {
     let mut client = ctx.connect()?;
     let mut events = Vec::new();
     let mut after = 0;
     loop {
         let params = EventsParams {
-            goal: Some(goal.to_string()),
+            goal: goal.map(str::to_string),
             after: Some(after),
             limit: Some(REPORT_PAGE),
             follow: false,

@@ -9,12 +9,15 @@
 
 mod cli;
 mod client;
+mod digest;
 mod failure;
 mod follow;
+mod fork;
 mod man;
 mod render;
 mod report;
 mod retime;
+mod revalidate;
 mod term;
 
 use std::io::{self, IsTerminal, Write};
@@ -143,6 +146,14 @@ fn run(command: Command, ctx: &Ctx) -> Result<u8, Failure> {
             no_wait,
         } => retime::retime(ctx, goal, Some(candidate), times, !no_wait),
         Command::Completions { shell } => completions(shell),
+        Command::Digest { since } => digest::command(ctx, &since),
+        Command::Revalidate { goal, top, no_wait } => revalidate::command(ctx, goal, top, !no_wait),
+        Command::Fork {
+            goal,
+            name,
+            budget,
+            agent,
+        } => fork::command(ctx, &goal, name, budget, agent.as_deref()),
         Command::Version => version(ctx),
         Command::Man { out } => man(ctx, out.as_deref()),
     }
@@ -304,6 +315,12 @@ fn status(ctx: &Ctx, goal: Option<String>, all: bool) -> Result<u8, Failure> {
         |goals: Vec<GoalSummary>| {
             if goals.is_empty() {
                 return ctx.print_line("no goals yet: `kernelctl enqueue FILE` adds one");
+            }
+            // On a terminal, the night in one line first (scripts get the table alone).
+            if io::stdout().is_terminal() && !ctx.json {
+                if let Ok(d) = digest::window(ctx, digest::DEFAULT_SINCE) {
+                    ctx.print_line(&digest::one_line(&d, digest::DEFAULT_SINCE))?;
+                }
             }
             ctx.print(&render::status_table(&goals, ctx.paint))
         },

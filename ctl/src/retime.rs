@@ -280,6 +280,21 @@ pub(crate) fn event_summary(kind: &EventKind, fit_text: Fit) -> (String, Option<
                 Style::Yellow
             }),
         ),
+        EventKind::Revalidated {
+            iteration,
+            candidate,
+            held,
+            reason,
+            ..
+        } => (
+            format!(
+                "revalidated #{iteration} {}: {}",
+                short_id(candidate),
+                fit(reason, 100, fit_text)
+            ),
+            Some(if *held { Style::Green } else { Style::Yellow }),
+        ),
+        EventKind::GoalForked { origin } => (format!("forked from {origin}"), Some(Style::Dim)),
         other => (other.type_name().to_string(), None),
     }
 }

@@ -131,6 +131,10 @@ fn summary(state: GoalState) -> GoalSummary {
         wall_s: 312.0,
         gpu_s: 290.0,
         phases: None,
+        tokens: 0,
+        waiting: None,
+        forked_from: None,
+        environment_changed: None,
     }
 }
 
@@ -143,6 +147,7 @@ fn best_summary(iteration: u64, speedup: f64) -> BestSummary {
         spread_pct: 2.1,
         iteration,
         interpreted: false,
+        environment: None,
     }
 }
 

@@ -41,6 +41,9 @@ pub struct Config {
     /// Compile-ahead (issue #12, engine/ahead.rs): the next candidate's runner starts and
     /// imports it while the current one is timed, for agents that can propose ahead.
     pub compile_ahead: bool,
+    /// Multiplies every back-off after a transient agent-endpoint failure (Retry-After
+    /// included); 1 in production, tiny in tests that compress hours of 429s.
+    pub agent_backoff_scale: f64,
     /// Where the config was read from, for SIGHUP reloads.
     pub config_file: Option<PathBuf>,
     /// `[slurm]`: evaluation slots on a Slurm cluster (None: local devices only).
@@ -107,6 +110,7 @@ struct RawConfig {
     llm_keys: Option<std::collections::BTreeMap<String, String>>,
     max_attempts: Option<u32>,
     compile_ahead: Option<bool>,
+    agent_backoff_scale: Option<f64>,
     slurm: Option<crate::slurm::RawSlurmConfig>,
     runner_user: Option<String>,
     allow_unsandboxed: Option<bool>,
@@ -140,6 +144,7 @@ impl Config {
             llm_keys: Default::default(),
             max_attempts: 3,
             compile_ahead: true,
+            agent_backoff_scale: 1.0,
             config_file: None,
             slurm: None,
             sandbox: SandboxConfig::default(),
@@ -210,6 +215,15 @@ impl Config {
         }
         if let Some(v) = raw.compile_ahead {
             self.compile_ahead = v;
+        }
+        if let Some(v) = raw.agent_backoff_scale {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!(
+                    "{}: `agent_backoff_scale` must be a positive number, not {v}",
+                    file.display()
+                ));
+            }
+            self.agent_backoff_scale = v;
         }
         if let Some(raw) = raw.slurm {
             let parse = |s: &str, key: &str| {

@@ -28,9 +28,9 @@ pub const INTERPRETED_NOTE: &str = "Timings below come from Triton's CPU interpr
 
 /// The goal's budget in bytes: `agent.context_bytes`, else the agent kind's default.
 pub fn budget(spec: &GoalSpec) -> usize {
-    let default = match spec.agent.kind() {
+    let default = match spec.agent.proposer().kind() {
         AgentKind::Llm => DEFAULT_PROMPT_BYTES,
-        AgentKind::Search | AgentKind::Command => DEFAULT_BYTES,
+        AgentKind::Search | AgentKind::Command | AgentKind::Hybrid => DEFAULT_BYTES,
     };
     spec.agent.context_bytes().map_or(default, |b| b as usize)
 }

@@ -52,6 +52,9 @@ pub struct RetimeWork {
     /// A confirmation: the would-be best with its first figures.
     #[serde(default)]
     pub best: Option<BestSummary>,
+    /// A `revalidate` request's: the figures its result is checked against.
+    #[serde(default)]
+    pub revalidate: Option<crate::wire::Revalidation>,
     pub times: u32,
     /// Re-times with a recorded result.
     pub done: u32,
@@ -108,6 +111,12 @@ pub struct GoalProjection {
     /// which start counting from their next result).
     #[serde(default)]
     pub phases: kerneld_protocol::worker::PhaseTotals,
+    /// Tokens the agent's endpoint spent on this goal's proposals (its `usage`).
+    #[serde(default)]
+    pub tokens: u64,
+    /// A fork's origin.
+    #[serde(default)]
+    pub forked_from: Option<crate::wire::ForkOrigin>,
     /// Would-be bests waiting for their re-time, by iteration.
     #[serde(default)]
     pub confirming: BTreeMap<u64, RetimeWork>,
@@ -141,6 +150,8 @@ impl GoalProjection {
             gpu_ms: 0,
             failures: BTreeMap::new(),
             phases: Default::default(),
+            tokens: 0,
+            forked_from: None,
             confirming: BTreeMap::new(),
             retimes: BTreeMap::new(),
             confirmations: BTreeMap::new(),
@@ -173,6 +184,7 @@ impl GoalProjection {
                         source_hash: source_hash.clone(),
                         request: None,
                         best: Some(best.clone()),
+                        revalidate: None,
                         times: 1,
                         done: 0,
                         attempts: 0,
@@ -187,6 +199,7 @@ impl GoalProjection {
                 config,
                 source_hash,
                 times,
+                revalidate,
                 ..
             } => {
                 self.retimes.insert(
@@ -199,6 +212,7 @@ impl GoalProjection {
                         source_hash: source_hash.clone(),
                         request: Some(ev.seq),
                         best: None,
+                        revalidate: revalidate.clone(),
                         times: *times,
                         done: 0,
                         attempts: 0,
@@ -269,6 +283,7 @@ impl GoalProjection {
                 self.state = *to;
                 self.reason = reason.clone();
             }
+            EventKind::GoalForked { origin } => self.forked_from = Some(origin.clone()),
             EventKind::SeedDescribed {
                 seed,
                 space,
@@ -290,9 +305,11 @@ impl GoalProjection {
                 seed,
                 config,
                 source,
+                tokens,
                 ..
             } => {
                 self.iteration = self.iteration.max(*iteration);
+                self.tokens += tokens.unwrap_or(0);
                 self.pending.insert(
                     *iteration,
                     Pending {
@@ -341,7 +358,9 @@ impl GoalProjection {
             | EventKind::SlurmJobSubmitted { .. }
             | EventKind::SlurmJobStarted { .. }
             | EventKind::SlurmJobEnded { .. }
-            | EventKind::AgentFailed { .. } => {}
+            | EventKind::AgentFailed { .. }
+            | EventKind::AgentRetrying { .. }
+            | EventKind::Revalidated { .. } => {}
             EventKind::WinPending { .. }
             | EventKind::RetimeRequested { .. }
             | EventKind::RetimeStarted { .. }
@@ -384,6 +403,10 @@ impl GoalProjection {
             wall_s: self.wall_ms_at(now_ms) as f64 / 1000.0,
             gpu_s: self.gpu_ms as f64 / 1000.0,
             phases: self.phases.means(),
+            tokens: self.tokens,
+            waiting: None,
+            forked_from: self.forked_from.clone(),
+            environment_changed: None,
         }
     }
 }
@@ -440,6 +463,7 @@ mod tests {
                 agent: "search".into(),
                 source: None,
                 note: None,
+                tokens: None,
             },
         ));
         let started = |seq, attempt| {

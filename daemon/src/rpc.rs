@@ -487,6 +487,8 @@ async fn dispatch(engine: &Engine, call: Call, uid: u32) -> RpcResult<Value> {
         Call::Version(_) => to_value(engine.version()),
         Call::Retime(p) => to_value(engine.retime(&p, uid).await),
         Call::Retimes(p) => to_value(engine.retimes(&p, uid).await),
+        Call::Fork(p) => to_value(engine.fork(p, uid).await),
+        Call::Revalidate(p) => to_value(engine.revalidate(&p, uid).await),
     }
 }
 

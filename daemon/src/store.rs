@@ -255,6 +255,17 @@ impl Store {
         spec: GoalSpec,
         owner_uid: u32,
     ) -> Result<(String, Vec<Event>), StoreError> {
+        self.enqueue_goal_with(spec, owner_uid, Vec::new())
+    }
+
+    /// `enqueue_goal` with the new goal's first events after its `GoalEnqueued`, in the
+    /// same transaction (a fork and what it carries over: all of it or none).
+    pub fn enqueue_goal_with(
+        &self,
+        spec: GoalSpec,
+        owner_uid: u32,
+        then: Vec<EventKind>,
+    ) -> Result<(String, Vec<Event>), StoreError> {
         self.write(|tx| {
             let id = {
                 let mut meta = tx.open_table(META).map_err(|e| self.err(e))?;
@@ -265,13 +276,12 @@ impl Store {
                 meta.insert("next_goal", n + 1).map_err(|e| self.err(e))?;
                 format!("g{n}")
             };
-            let events = self.append_in(
-                tx,
-                vec![NewEvent::goal(
-                    &id,
-                    EventKind::GoalEnqueued { spec, owner_uid },
-                )],
-            )?;
+            let mut items = vec![NewEvent::goal(
+                &id,
+                EventKind::GoalEnqueued { spec, owner_uid },
+            )];
+            items.extend(then.into_iter().map(|k| NewEvent::goal(&id, k)));
+            let events = self.append_in(tx, items)?;
             Ok((id, events))
         })
     }

@@ -103,6 +103,7 @@ def main() -> int:
         ev.POOL.prestart()
     send({"event": "ready", "pid": os.getpid(), "mode": "cpu" if cpu else "gpu", "torch": torch.__version__,
           "triton": triton.__version__, "python": platform.python_version(), "device": dev.identity(),
+          "cuda": None if cpu else torch.version.cuda, "driver": None if cpu else dev.driver_version(),
           "limits": limits, "role": "judge", "nondumpable": nondumpable,
           "runner_launcher": bool(os.environ.get("KERNELD_RUNNER_LAUNCHER"))})
 

@@ -111,6 +111,11 @@ pub struct Ready {
     pub triton: Option<String>,
     #[serde(default)]
     pub python: Option<String>,
+    /// torch's CUDA version and the NVIDIA driver's (GPU mode; null in CPU mode).
+    #[serde(default)]
+    pub cuda: Option<String>,
+    #[serde(default)]
+    pub driver: Option<String>,
     /// Name, uuid, compute capability; null in CPU mode.
     #[serde(default)]
     pub device: Value,

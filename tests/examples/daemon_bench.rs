@@ -84,6 +84,7 @@ fn goal_events(id: &str, iterations: u64, active: Option<GoalState>) -> Vec<NewE
             agent: "search".into(),
             source: None,
             note: None,
+            tokens: None,
         }));
         out.push(ev(EventKind::EvaluationStarted {
             iteration: it,
@@ -107,6 +108,7 @@ fn goal_events(id: &str, iterations: u64, active: Option<GoalState>) -> Vec<NewE
                     spread_pct: 0.8,
                     iteration: it,
                     interpreted: true,
+                    environment: None,
                 },
                 previous: None,
             }));

@@ -176,7 +176,6 @@ fn serve_chat_completions(
     requests: usize,
     look: impl Fn() -> serde_json::Value + Send + 'static,
 ) -> (String, std::thread::JoinHandle<Vec<serde_json::Value>>) {
-    use std::io::{BufRead, BufReader, Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
     let seed = std::fs::read_to_string(repo_root().join("kernels/demo/seeds/tiled.py")).unwrap();
@@ -184,37 +183,12 @@ fn serve_chat_completions(
         let mut seen = Vec::new();
         for (i, stream) in listener.incoming().take(requests).enumerate() {
             let mut stream = stream.unwrap();
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let (mut len, mut auth, mut path) = (0usize, String::new(), String::new());
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            path.push_str(line.split_whitespace().nth(1).unwrap_or(""));
-            loop {
-                line.clear();
-                reader.read_line(&mut line).unwrap();
-                let l = line.trim_end();
-                if l.is_empty() {
-                    break;
-                }
-                let lower = l.to_ascii_lowercase();
-                if let Some(v) = lower.strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap();
-                }
-                if lower.starts_with("authorization:") {
-                    auth = l["authorization:".len()..].trim().to_string();
-                }
-            }
-            let mut body = vec![0u8; len];
-            reader.read_exact(&mut body).unwrap();
-            let req: serde_json::Value = serde_json::from_slice(&body).unwrap();
-            seen.push(serde_json::json!({"path": path, "auth": auth, "body": req, "look": look()}));
+            let req = read_http_request(&stream);
+            seen.push(serde_json::json!({"path": req.path, "auth": req.auth, "body": req.body, "look": look()}));
             let block_m = if i == 0 { 16 } else { 64 };
-            let content = format!(
-                "Smaller tiles first.\n```python\n{seed}\n```\n```json\n{{\"BLOCK_M\": {block_m}}}\n```\n"
-            );
-            let reply = serde_json::json!({"choices": [{"message": {"role": "assistant", "content": content}}]});
-            let text = reply.to_string();
-            write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}", text.len()).unwrap();
+            let config = serde_json::json!({"BLOCK_M": block_m});
+            let text = chat_reply("Smaller tiles first.", &seed, &config, None);
+            write_http(&mut stream, "200 OK", "", &text);
         }
         seen
     });

@@ -141,6 +141,19 @@ pub fn event_summary(kind: &EventKind, fit_text: Fit) -> (String, Option<Style>)
             format!("{agent} agent failed ({failures} in a row): {message}"),
             Some(Style::Yellow),
         ),
+        EventKind::AgentRetrying {
+            agent,
+            message,
+            attempt,
+            retry_in_ms,
+        } => (
+            format!(
+                "{agent} endpoint failed transiently ({attempt} in a row), retrying in {}: {}",
+                super::duration(*retry_in_ms as f64 / 1000.0),
+                fit(message, 100, fit_text)
+            ),
+            Some(Style::Yellow),
+        ),
         EventKind::Downtime { from_ms, to_ms } => (
             format!(
                 "daemon was down {:.0} s: not counted against the wall budget",
@@ -274,6 +287,7 @@ mod tests {
             agent: "search".into(),
             source: None,
             note: None,
+            tokens: None,
         };
         let (text, _) = event_summary(&proposed, Fit::Whole);
         assert!(text.ends_with(&config.to_string()), "{text}");

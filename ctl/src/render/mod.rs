@@ -239,15 +239,27 @@ pub fn status_table(goals: &[GoalSummary], paint: Paint) -> String {
                 spread,
                 Cell::num(g.in_flight.to_string()),
                 Cell::num(duration(g.wall_s)),
-                Cell::new(
-                    g.reason
-                        .as_deref()
-                        .map_or(String::new(), |r| truncate(r, 60)),
-                ),
+                Cell::new(match (&g.reason, &g.waiting) {
+                    (Some(r), _) => truncate(r, 60),
+                    (None, Some(_)) => "waiting (below)".to_string(),
+                    (None, None) => String::new(),
+                }),
             ]
         })
         .collect();
     let mut out = table(&STATUS_HEADERS, &rows, paint);
+    // Why a goal waits, whole: it is what the user has to act on.
+    for g in goals {
+        if let Some(w) = &g.waiting {
+            out.push_str(&format!("{} {} waits: {w}\n", g.id, g.name));
+        }
+    }
+    // A best that may no longer win (its environment changed since it was measured).
+    for g in goals {
+        if let Some(c) = &g.environment_changed {
+            out.push_str(&format!("{} {}: {c}\n", g.id, g.name));
+        }
+    }
     if goals
         .iter()
         .any(|g| g.best.as_ref().is_some_and(|b| b.interpreted))
@@ -279,6 +291,9 @@ pub fn status_line(g: &GoalSummary, paint: Paint, fit_text: Fit) -> String {
     );
     if let Some(reason) = &g.reason {
         line.push_str(&format!("  ({})", fit(reason, 50, fit_text)));
+    }
+    if let Some(w) = &g.waiting {
+        line.push_str(&format!("  waiting: {}", fit(w, 100, fit_text)));
     }
     line
 }
@@ -422,6 +437,7 @@ mod tests {
                 spread_pct: 2.5,
                 iteration: 9,
                 interpreted: false,
+                environment: None,
             }),
             priority: 0,
             gpus: 1,
@@ -431,6 +447,10 @@ mod tests {
             wall_s: 312.0,
             gpu_s: 200.0,
             phases: None,
+            tokens: 0,
+            waiting: None,
+            forked_from: None,
+            environment_changed: None,
         }
     }
 

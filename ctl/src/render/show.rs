@@ -164,6 +164,11 @@ fn budget_text(spec: &GoalSpec) -> String {
         b.wall_s.map(|s| format!("wall {}", duration(s as f64))),
         b.iterations.map(|n| format!("{n} iterations")),
         b.gpu_hours.map(|h| format!("{h} GPU-hours")),
+        b.tokens.map(|t| format!("{t} tokens")),
+        b.cost.map(|c| {
+            let price = b.price_per_1k_tokens.unwrap_or(0.0);
+            format!("cost {c} at {price} per 1k tokens")
+        }),
     ])
 }
 
@@ -206,8 +211,23 @@ fn summary_fields(g: &GoalSummary) -> Vec<(&'static str, String)> {
     if let Some(m) = &g.phases {
         fields.push(("phases", super::phases::means_text(m)));
     }
+    if g.tokens > 0 {
+        fields.push((
+            "tokens",
+            format!("{} spent by the agent's endpoint", g.tokens),
+        ));
+    }
     if let Some(reason) = &g.reason {
         fields.push(("reason", reason.clone()));
+    }
+    if let Some(w) = &g.waiting {
+        fields.push(("waiting", w.clone()));
+    }
+    if let Some(c) = &g.environment_changed {
+        fields.push(("environment", c.clone()));
+    }
+    if let Some(o) = &g.forked_from {
+        fields.push(("forked from", o.to_string()));
     }
     fields
 }

@@ -349,6 +349,7 @@ pub(crate) mod testdata {
             spread_pct: 1.0,
             iteration,
             interpreted: false,
+            environment: None,
         };
         Event {
             seq,

@@ -357,6 +357,8 @@ impl Agent for CommandAgent {
             config,
             source: Some(source),
             note,
+            tokens: None,
+            by: None,
         }))
     }
 }

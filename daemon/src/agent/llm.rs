@@ -10,9 +10,10 @@
 
 use std::time::Duration;
 
-use anyhow::{bail, Context as _};
+use anyhow::bail;
 use serde_json::{json, Value};
 
+use super::retry::{self, EndpointError};
 use super::{Agent, AgentEnv, Proposal};
 use crate::context;
 use crate::projection::GoalProjection;
@@ -155,37 +156,22 @@ impl Agent for LlmAgent {
         {
             req = req.set("Authorization", &format!("Bearer {key}"));
         }
-        let reply = match req.send_json(body) {
-            Ok(r) => r,
-            Err(ureq::Error::Status(code, r)) => {
-                let text = r.into_string().unwrap_or_default();
-                bail!(
-                    "{} answered HTTP {code}: {}",
-                    self.endpoint,
-                    text.chars().take(500).collect::<String>()
-                )
-            }
-            Err(e) => bail!("cannot reach {}: {e}", self.endpoint),
-        };
-        let mut text = String::new();
-        std::io::Read::read_to_string(
-            &mut std::io::Read::take(reply.into_reader(), MAX_REPLY),
-            &mut text,
-        )
-        .context("reading the model's reply")?;
-        let v: Value = serde_json::from_str(&text).context("the endpoint's reply is not JSON")?;
-        let content = v
-            .pointer("/choices/0/message/content")
-            .and_then(Value::as_str)
-            .context("the reply has no choices[0].message.content")?;
-        let Some(source) = fenced(content, "python")
+        let (content, tokens) = self.ask(req, body)?;
+        let Some(source) = fenced(&content, "python")
             .map(str::trim)
             .filter(|s| !s.is_empty())
         else {
-            bail!("the model's reply holds no ```python block");
+            return Err(EndpointError::permanent(format!(
+                "the model's reply holds no ```python block (it began: {}): model `{}` does \
+                 not follow the reply format; use a model that writes code, or a lower \
+                 `agent.temperature`",
+                content.trim().chars().take(200).collect::<String>(),
+                self.model
+            ))
+            .into());
         };
         let source = format!("{source}\n");
-        let config = super::parse_config(fenced(content, "json"), "the reply's ```json block")?;
+        let config = super::parse_config(fenced(&content, "json"), "the reply's ```json block")?;
         super::check_new(goal, history, &source, &config)?;
         let note = content
             .split("```")
@@ -197,7 +183,77 @@ impl Agent for LlmAgent {
             config,
             source: Some(source),
             note,
+            tokens,
+            by: None,
         }))
+    }
+}
+
+impl LlmAgent {
+    /// Sends the request; the reply's content and its `usage.total_tokens`. Every failure
+    /// is an `EndpointError`, classified (see `retry`).
+    fn ask(&self, req: ureq::Request, body: Value) -> Result<(String, Option<u64>), EndpointError> {
+        let endpoint = &self.endpoint;
+        let reply = match req.send_json(body) {
+            Ok(r) => r,
+            Err(ureq::Error::Status(code, r)) => {
+                let retry_after = r.header("retry-after").map(str::to_string);
+                let text = r.into_string().unwrap_or_default();
+                return Err(retry::classify_status(
+                    endpoint,
+                    &self.model,
+                    &self.api_key_env,
+                    code,
+                    retry_after.as_deref(),
+                    &text,
+                ));
+            }
+            Err(ureq::Error::Transport(t)) => {
+                return Err(match t.kind() {
+                    ureq::ErrorKind::InvalidUrl
+                    | ureq::ErrorKind::UnknownScheme
+                    | ureq::ErrorKind::InsecureRequestHttpsOnly => EndpointError::permanent(
+                        format!("cannot use {endpoint}: {t}; check `agent.url`"),
+                    ),
+                    // Refused, reset, timed out, DNS, a proxy's garbage: the network or
+                    // the server is having a bad moment.
+                    _ => EndpointError::transient(format!("cannot reach {endpoint}: {t}")),
+                });
+            }
+        };
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut std::io::Read::take(reply.into_reader(), MAX_REPLY),
+            &mut text,
+        )
+        .map_err(|e| EndpointError::transient(format!("reading {endpoint}'s reply: {e}")))?;
+        // A body cut short or garbled on the way (a proxy, a reset mid-reply): ask again.
+        let v: Value = serde_json::from_str(&text).map_err(|e| {
+            EndpointError::transient(format!(
+                "{endpoint}'s reply is not JSON ({e}): {}",
+                text.chars().take(200).collect::<String>()
+            ))
+        })?;
+        let tokens = v
+            .pointer("/usage/total_tokens")
+            .and_then(Value::as_u64)
+            .or_else(|| {
+                let part = |k: &str| v.pointer(&format!("/usage/{k}")).and_then(Value::as_u64);
+                Some(part("prompt_tokens")? + part("completion_tokens").unwrap_or(0))
+            });
+        let content = v
+            .pointer("/choices/0/message/content")
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                EndpointError::permanent(format!(
+                    "{endpoint}'s reply has no choices[0].message.content (it was: {}): the \
+                     endpoint is not an OpenAI-compatible chat-completions API, or model `{}` \
+                     answered nothing; check `agent.url` and `agent.model`",
+                    text.chars().take(200).collect::<String>(),
+                    self.model
+                ))
+            })?;
+        Ok((content.to_string(), tokens))
     }
 }
 

@@ -6,8 +6,11 @@
 //! log, so a restarted daemon continues exactly where it stopped.
 
 pub mod command;
+pub mod hybrid;
 pub mod llm;
+pub mod retry;
 pub mod search;
+pub mod space;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -58,8 +61,24 @@ pub fn context_view(
         messages: Vec::new(),
         files: Vec::new(),
         budget_bytes: budget as u64,
+        phase: None,
     };
     match &spec.agent {
+        AgentSpec::Hybrid(h) => {
+            let phase = hybrid::phase(goal, history, h.tune_evaluations);
+            let inner = match &phase {
+                hybrid::Phase::Tune { .. } => crate::context::compact(goal, history, budget),
+                hybrid::Phase::Propose { .. } => {
+                    let v = context_view(&hybrid::as_proposer(goal, h), history, best_source);
+                    view.messages = v.messages;
+                    view.files = v.files;
+                    v.text
+                }
+            };
+            let said = phase.to_string();
+            view.text = format!("phase: {said}\n\n{inner}");
+            view.phase = Some(said);
+        }
         AgentSpec::Llm(_) => {
             view.messages = llm::messages(goal, history, best_source);
             for m in &view.messages {
@@ -134,6 +153,10 @@ pub struct Proposal {
     pub source: Option<String>,
     /// Why this one (for the log and the context).
     pub note: Option<String>,
+    /// Tokens the endpoint spent on it (its `usage`), for the tokens and cost budgets.
+    pub tokens: Option<u64>,
+    /// Which of a hybrid's agents made it (`search`, `llm`, `command`), for the log.
+    pub by: Option<&'static str>,
 }
 
 pub trait Agent: Send + Sync {
@@ -168,13 +191,25 @@ pub struct AgentEnv {
     /// The names of kerneld's environment variables a `command` agent gets
     /// (kerneld.toml `command_env`); everything else is withheld.
     pub command_env: Vec<String>,
+    /// A source the goal's candidates used, by its hash (the store's copy): a hybrid reads
+    /// the structure it tunes from there.
+    pub source_of: Option<SourceLookup>,
 }
+
+/// Looks a candidate's source up by its hash.
+pub type SourceLookup = std::sync::Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 /// The agent a goal asks for.
 pub fn for_goal(goal: &GoalProjection, env: AgentEnv) -> anyhow::Result<Box<dyn Agent>> {
-    match &goal.spec.agent {
+    for_spec(&goal.spec.agent, env)
+}
+
+/// The agent of these settings.
+pub fn for_spec(spec: &AgentSpec, env: AgentEnv) -> anyhow::Result<Box<dyn Agent>> {
+    match spec {
         AgentSpec::Search(_) => Ok(Box::new(search::SearchAgent)),
         AgentSpec::Command(settings) => Ok(Box::new(command::CommandAgent::new(settings, env)?)),
         AgentSpec::Llm(settings) => Ok(Box::new(llm::LlmAgent::new(settings, env)?)),
+        AgentSpec::Hybrid(settings) => Ok(Box::new(hybrid::HybridAgent::new(settings, env)?)),
     }
 }

@@ -41,14 +41,59 @@ const DRAWS: usize = 256;
 /// hitting tried ones (so "exhausted" is exact for them).
 const ENUMERATE_MAX: u128 = 200_000;
 
-struct SeedSpace<'a> {
+pub(super) struct SeedSpace<'a> {
     name: &'a str,
     source: &'a str,
+    /// A source that is not the seed's own (a hybrid's structure): its hash. Its results
+    /// are the records of that source; a seed's are the seed's own-source records.
+    hash: Option<String>,
     params: Vec<(String, Vec<Value>)>,
     default: Map<String, Value>,
 }
 
-impl SeedSpace<'_> {
+impl<'a> SeedSpace<'a> {
+    /// The space of a source an agent wrote (seed `name`), from its SPACE and DEFAULT.
+    pub(super) fn of_source(
+        name: &'a str,
+        source: &'a str,
+        space: &Value,
+        default: &Value,
+    ) -> Self {
+        let mut s = Self::new(name, source, space, default);
+        s.hash = Some(crate::candidate::source_hash(source));
+        s
+    }
+
+    fn new(name: &'a str, source: &'a str, space: &Value, default: &Value) -> Self {
+        let params = space
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| {
+                        v.as_array()
+                            .filter(|a| !a.is_empty())
+                            .map(|a| (k.clone(), a.clone()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        SeedSpace {
+            name,
+            source,
+            hash: None,
+            params,
+            default: default.as_object().cloned().unwrap_or_default(),
+        }
+    }
+
+    /// Whether a record measured this space's source.
+    fn owns(&self, r: &EvaluationRecord) -> bool {
+        match &self.hash {
+            Some(h) => r.source_hash.as_deref() == Some(h.as_str()),
+            None => r.seed == self.name && r.source_hash.is_none(),
+        }
+    }
+
     fn size(&self) -> u128 {
         self.params
             .iter()
@@ -107,7 +152,7 @@ impl Model {
     fn fit(s: &SeedSpace, history: &[EvaluationRecord]) -> Model {
         let mut scored: Vec<(f64, Vec<usize>)> = Vec::new();
         let mut failed: Vec<Vec<usize>> = Vec::new();
-        for r in history.iter().filter(|r| r.seed == s.name) {
+        for r in history.iter().filter(|r| s.owns(r)) {
             let Some(idx) = s.index_of(&r.config) else {
                 continue;
             };
@@ -209,196 +254,194 @@ impl Agent for SearchAgent {
                 if info.rejected.is_some() {
                     return None;
                 }
-                let params = info
-                    .space
-                    .as_object()
-                    .map(|m| {
-                        m.iter()
-                            .filter_map(|(k, v)| {
-                                v.as_array()
-                                    .filter(|a| !a.is_empty())
-                                    .map(|a| (k.clone(), a.clone()))
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let default = info.default.as_object().cloned().unwrap_or_default();
-                Some(SeedSpace {
-                    name: &s.name,
-                    source: &s.source,
-                    params,
-                    default,
-                })
+                Some(SeedSpace::new(
+                    &s.name,
+                    &s.source,
+                    &info.space,
+                    &info.default,
+                ))
             })
             .collect();
-        if spaces.is_empty() {
-            return Ok(None);
-        }
+        propose_in(&spaces, goal, history, iteration)
+    }
+}
 
-        let tried: HashSet<&str> = history
+/// The search over these spaces: the next untried configuration of one of them, or None.
+pub(super) fn propose_in(
+    spaces: &[SeedSpace],
+    goal: &GoalProjection,
+    history: &[EvaluationRecord],
+    iteration: u64,
+) -> anyhow::Result<Option<Proposal>> {
+    if spaces.is_empty() {
+        return Ok(None);
+    }
+
+    let tried: HashSet<&str> = history
+        .iter()
+        .map(|r| r.candidate.as_str())
+        .chain(goal.pending.values().map(|p| p.candidate.as_str()))
+        .collect();
+    let fresh = |s: &SeedSpace, c: &Value| {
+        let ids = CandidateIds::of(s.source, c);
+        !tried.contains(ids.canonical.as_str()) && !tried.contains(ids.legacy.as_str())
+    };
+    let propose = |s: &SeedSpace, c: Value, note: String| Proposal {
+        seed: s.name.to_string(),
+        config: c,
+        source: s.hash.as_ref().map(|_| s.source.to_string()),
+        note: Some(note),
+        tokens: None,
+        by: None,
+    };
+
+    // 1. Every seed's default first: the author's best guess is the baseline of the search.
+    for s in spaces {
+        let c = s.default_config();
+        if fresh(s, &c) {
+            return Ok(Some(propose(
+                s,
+                c,
+                "the seed's default configuration".into(),
+            )));
+        }
+    }
+
+    let mut rng = rng_for(&goal.id, iteration);
+    let models: Vec<Model> = spaces.iter().map(|s| Model::fit(s, history)).collect();
+
+    // 2. Refine: the most promising untried neighbour of one of the best configurations.
+    if rng.gen_bool(EXPLOIT) {
+        let mut best: Vec<(f64, usize, Vec<usize>)> = history
             .iter()
-            .map(|r| r.candidate.as_str())
-            .chain(goal.pending.values().map(|p| p.candidate.as_str()))
+            .filter(|r| r.result.is_scored())
+            .filter_map(|r| {
+                let si = spaces.iter().position(|s| s.owns(r))?;
+                Some((r.result.speedup?, si, spaces[si].index_of(&r.config)?))
+            })
             .collect();
-        let fresh = |s: &SeedSpace, c: &Value| {
-            let ids = CandidateIds::of(s.source, c);
-            !tried.contains(ids.canonical.as_str()) && !tried.contains(ids.legacy.as_str())
-        };
-        let propose = |s: &SeedSpace, c: Value, note: String| Proposal {
-            seed: s.name.to_string(),
-            config: c,
-            source: None,
-            note: Some(note),
-        };
-
-        // 1. Every seed's default first: the author's best guess is the baseline of the search.
-        for s in &spaces {
-            let c = s.default_config();
-            if fresh(s, &c) {
-                return Ok(Some(propose(
-                    s,
-                    c,
-                    "the seed's default configuration".into(),
-                )));
-            }
-        }
-
-        let mut rng = rng_for(&goal.id, iteration);
-        let models: Vec<Model> = spaces.iter().map(|s| Model::fit(s, history)).collect();
-
-        // 2. Refine: the most promising untried neighbour of one of the best configurations.
-        if rng.gen_bool(EXPLOIT) {
-            let mut best: Vec<(f64, usize, Vec<usize>)> = history
-                .iter()
-                .filter(|r| r.result.is_scored())
-                .filter_map(|r| {
-                    let si = spaces.iter().position(|s| s.name == r.seed)?;
-                    Some((r.result.speedup?, si, spaces[si].index_of(&r.config)?))
-                })
-                .collect();
-            best.sort_by(|a, b| b.0.total_cmp(&a.0));
-            best.dedup_by(|a, b| a.1 == b.1 && a.2 == b.2);
-            best.truncate(TOP);
-            // The best first; the runners-up get a turn, so one local optimum cannot hold
-            // the search (weights 3:2:1).
-            let order: Vec<usize> = {
-                let mut o: Vec<usize> = (0..best.len()).collect();
-                if o.len() > 1 {
-                    let w: Vec<usize> = (0..o.len()).map(|i| o.len() - i).collect();
-                    let mut pick = rng.gen_range(0..w.iter().sum::<usize>());
-                    let first = w.iter().position(|&x| {
-                        if pick < x {
-                            true
-                        } else {
-                            pick -= x;
-                            false
-                        }
-                    });
-                    o.rotate_left(first.unwrap_or(0));
-                }
-                o
-            };
-            for i in order {
-                let (_, si, idx) = &best[i];
-                let s = &spaces[*si];
-                let mut options: Vec<(f64, usize, Vec<usize>)> = Vec::new();
-                for (p, (_, values)) in s.params.iter().enumerate() {
-                    for step in [-2i64, -1, 1, 2] {
-                        let v = idx[p] as i64 + step;
-                        if v < 0 || v >= values.len() as i64 {
-                            continue;
-                        }
-                        let mut n = idx.clone();
-                        n[p] = v as usize;
-                        // one step is the move of choice; two steps only when the model
-                        // says the value is clearly better than the one between
-                        let penalty = if step.abs() == 2 { 0.5 } else { 0.0 };
-                        options.push((models[*si].score(&n) - penalty, p, n));
+        best.sort_by(|a, b| b.0.total_cmp(&a.0));
+        best.dedup_by(|a, b| a.1 == b.1 && a.2 == b.2);
+        best.truncate(TOP);
+        // The best first; the runners-up get a turn, so one local optimum cannot hold
+        // the search (weights 3:2:1).
+        let order: Vec<usize> = {
+            let mut o: Vec<usize> = (0..best.len()).collect();
+            if o.len() > 1 {
+                let w: Vec<usize> = (0..o.len()).map(|i| o.len() - i).collect();
+                let mut pick = rng.gen_range(0..w.iter().sum::<usize>());
+                let first = w.iter().position(|&x| {
+                    if pick < x {
+                        true
+                    } else {
+                        pick -= x;
+                        false
                     }
-                }
-                // random order first, so that equal scores are broken by the seeded rng
-                for k in (1..options.len()).rev() {
-                    options.swap(k, rng.gen_range(0..=k));
-                }
-                options.sort_by(|a, b| b.0.total_cmp(&a.0));
-                for (_, p, n) in options {
-                    let c = s.config_of(&n);
-                    if fresh(s, &c) {
-                        let note = format!(
-                            "neighbour of a best configuration: {} → {}",
-                            s.params[p].0, s.params[p].1[n[p]]
-                        );
-                        return Ok(Some(propose(s, c, note)));
+                });
+                o.rotate_left(first.unwrap_or(0));
+            }
+            o
+        };
+        for i in order {
+            let (_, si, idx) = &best[i];
+            let s = &spaces[*si];
+            let mut options: Vec<(f64, usize, Vec<usize>)> = Vec::new();
+            for (p, (_, values)) in s.params.iter().enumerate() {
+                for step in [-2i64, -1, 1, 2] {
+                    let v = idx[p] as i64 + step;
+                    if v < 0 || v >= values.len() as i64 {
+                        continue;
                     }
+                    let mut n = idx.clone();
+                    n[p] = v as usize;
+                    // one step is the move of choice; two steps only when the model
+                    // says the value is clearly better than the one between
+                    let penalty = if step.abs() == 2 { 0.5 } else { 0.0 };
+                    options.push((models[*si].score(&n) - penalty, p, n));
                 }
             }
-        }
-
-        // 3. Explore: uniform draws, ranked by the model (or, now and then, the first one).
-        let blind = rng.gen_bool(BLIND);
-        let mut chosen: Option<(f64, usize, Value)> = None;
-        let mut drawn = 0;
-        for _ in 0..DRAWS {
-            let si = rng.gen_range(0..spaces.len());
-            let s = &spaces[si];
-            let idx: Vec<usize> = s
-                .params
-                .iter()
-                .map(|(_, v)| rng.gen_range(0..v.len()))
-                .collect();
-            let c = s.config_of(&idx);
-            if !fresh(s, &c) {
-                continue;
+            // random order first, so that equal scores are broken by the seeded rng
+            for k in (1..options.len()).rev() {
+                options.swap(k, rng.gen_range(0..=k));
             }
-            let score = models[si].score(&idx);
-            if chosen.as_ref().is_none_or(|(best, _, _)| score > *best) {
-                chosen = Some((score, si, c));
-            }
-            drawn += 1;
-            if blind || drawn >= BATCH {
-                break;
-            }
-        }
-        if let Some((_, si, c)) = chosen {
-            let note = if blind {
-                "random sample of the space"
-            } else {
-                "the most promising of a batch of random samples"
-            };
-            return Ok(Some(propose(&spaces[si], c, note.into())));
-        }
-
-        // 4. Draws keep hitting tried configurations: enumerate what is small enough.
-        for s in &spaces {
-            if s.size() > ENUMERATE_MAX {
-                continue;
-            }
-            let mut idx = vec![0usize; s.params.len()];
-            loop {
-                let c = s.config_of(&idx);
+            options.sort_by(|a, b| b.0.total_cmp(&a.0));
+            for (_, p, n) in options {
+                let c = s.config_of(&n);
                 if fresh(s, &c) {
-                    return Ok(Some(propose(s, c, "first untried configuration".into())));
+                    let note = format!(
+                        "neighbour of a best configuration: {} → {}",
+                        s.params[p].0, s.params[p].1[n[p]]
+                    );
+                    return Ok(Some(propose(s, c, note)));
                 }
-                // Odometer increment over the parameter lists.
-                let mut p = 0;
-                loop {
-                    if p == idx.len() {
-                        break;
-                    }
-                    idx[p] += 1;
-                    if idx[p] < s.params[p].1.len() {
-                        break;
-                    }
-                    idx[p] = 0;
-                    p += 1;
-                }
+            }
+        }
+    }
+
+    // 3. Explore: uniform draws, ranked by the model (or, now and then, the first one).
+    let blind = rng.gen_bool(BLIND);
+    let mut chosen: Option<(f64, usize, Value)> = None;
+    let mut drawn = 0;
+    for _ in 0..DRAWS {
+        let si = rng.gen_range(0..spaces.len());
+        let s = &spaces[si];
+        let idx: Vec<usize> = s
+            .params
+            .iter()
+            .map(|(_, v)| rng.gen_range(0..v.len()))
+            .collect();
+        let c = s.config_of(&idx);
+        if !fresh(s, &c) {
+            continue;
+        }
+        let score = models[si].score(&idx);
+        if chosen.as_ref().is_none_or(|(best, _, _)| score > *best) {
+            chosen = Some((score, si, c));
+        }
+        drawn += 1;
+        if blind || drawn >= BATCH {
+            break;
+        }
+    }
+    if let Some((_, si, c)) = chosen {
+        let note = if blind {
+            "random sample of the space"
+        } else {
+            "the most promising of a batch of random samples"
+        };
+        return Ok(Some(propose(&spaces[si], c, note.into())));
+    }
+
+    // 4. Draws keep hitting tried configurations: enumerate what is small enough.
+    for s in spaces {
+        if s.size() > ENUMERATE_MAX {
+            continue;
+        }
+        let mut idx = vec![0usize; s.params.len()];
+        loop {
+            let c = s.config_of(&idx);
+            if fresh(s, &c) {
+                return Ok(Some(propose(s, c, "first untried configuration".into())));
+            }
+            // Odometer increment over the parameter lists.
+            let mut p = 0;
+            loop {
                 if p == idx.len() {
                     break;
                 }
+                idx[p] += 1;
+                if idx[p] < s.params[p].1.len() {
+                    break;
+                }
+                idx[p] = 0;
+                p += 1;
+            }
+            if p == idx.len() {
+                break;
             }
         }
-        Ok(None)
     }
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -584,6 +627,7 @@ mod tests {
                         spread_pct: 0.0,
                         iteration: it,
                         interpreted: false,
+                        environment: None,
                     });
                 }
                 if x >= target {

@@ -195,6 +195,7 @@ impl Engine {
         let gap = self.request_sent(slot);
         let started = Instant::now();
         let w = worker.as_mut().expect("ensured");
+        let environment = Environment::from_ready(&w.ready, super::KERNELD_VERSION);
         let reply = tokio::select! {
             r = ask_raw::<worker::Evaluated>(w, &req, self.config().eval_timeout) => r,
             _ = cancel.cancelled() => {
@@ -273,7 +274,10 @@ impl Engine {
             }
         };
         self.reply_arrived(slot, gap, &mut result);
-        Outcome::Done(Box::new(result))
+        Outcome::Done(Box::new(EvalResult {
+            environment: Some(environment),
+            ..result
+        }))
     }
 
     pub(super) async fn abort(
@@ -333,6 +337,7 @@ impl Engine {
                     spread_pct: spread,
                     iteration: p.iteration,
                     interpreted: result.interpreted,
+                    environment: result.environment.clone(),
                 })
             });
         // A throttled measurement drains the device for a cool-down.

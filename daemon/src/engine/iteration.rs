@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::ahead::proposal_source;
 use super::{CommitGuard, Engine};
 use crate::agent;
+use crate::agent::retry::EndpointError;
 use crate::candidate::candidate_id;
 use crate::harness::Worker;
 use crate::projection::Pending;
@@ -201,12 +202,16 @@ impl Engine {
                     best_source,
                     cancel: cancel.clone(),
                     command_env: self.config().command_env.clone(),
+                    source_of: Some({
+                        let store = self.store.clone();
+                        std::sync::Arc::new(move |h: &str| store.source(h).ok().flatten())
+                    }),
                 };
                 let next = proj.iteration + 1;
                 // Enqueue refuses this; goals logged before that rule (or an admin group
                 // that changed since) are held to it here too: a command agent on a
                 // non-root daemon runs as kerneld's user, so only for trusted owners.
-                let unsafe_command = proj.spec.agent.kind() == AgentKind::Command
+                let unsafe_command = proj.spec.agent.proposer().kind() == AgentKind::Command
                     && !nix::unistd::geteuid().is_root()
                     && !self.is_trusted(proj.owner_uid);
                 let ahead = self.take_ahead(goal, slot, &history);
@@ -246,6 +251,8 @@ impl Engine {
                     Ok(p) => {
                         if let Some(rt) = self.state.lock().unwrap().goals.get_mut(goal) {
                             rt.agent_failures = 0;
+                            rt.transient_failures = 0;
+                            rt.waiting = None;
                         }
                         p
                     }
@@ -289,9 +296,14 @@ impl Engine {
                         candidate,
                         seed: proposal.seed.clone(),
                         config: proposal.config.clone(),
-                        agent: proj.spec.agent.kind().to_string(),
+                        // A hybrid's proposals say which of its agents made each.
+                        agent: match proposal.by {
+                            Some(by) => format!("{}/{by}", proj.spec.agent.kind()),
+                            None => proj.spec.agent.kind().to_string(),
+                        },
                         source: proposal.source.clone(),
                         note: proposal.note.clone(),
+                        tokens: proposal.tokens,
                     },
                 )],
             )
@@ -310,8 +322,10 @@ impl Engine {
         }
     }
 
-    /// An agent failed to propose: back off and retry; after a few failures in a row the
-    /// goal fails with the last error (a broken agent would fail the same way all night).
+    /// An agent failed to propose. A transient endpoint failure (`retry::EndpointError`)
+    /// waits its back-off and never fails the goal; a permanent one fails it now; anything
+    /// else backs off and retries, and after a few in a row the goal fails with the last
+    /// error (a broken agent would fail the same way all night).
     pub(super) async fn agent_failed(
         &self,
         guard: &CommitGuard<'_>,
@@ -319,6 +333,32 @@ impl Engine {
         kind: AgentKind,
         e: anyhow::Error,
     ) -> anyhow::Result<()> {
+        match e.downcast_ref::<EndpointError>() {
+            Some(EndpointError::Transient { retry_after, .. }) => {
+                let retry_after = *retry_after;
+                return self
+                    .agent_retrying(guard, goal, kind, format!("{e:#}"), retry_after)
+                    .await;
+            }
+            Some(EndpointError::Permanent { .. }) => {
+                tracing::warn!(%goal, "the {kind} agent failed for good: {e:#}");
+                self.append(
+                    guard,
+                    vec![NewEvent::goal(
+                        goal,
+                        EventKind::AgentFailed {
+                            agent: kind.to_string(),
+                            message: format!("{e:#}"),
+                            failures: 1,
+                        },
+                    )],
+                )
+                .await?;
+                let why = format!("the {kind} agent cannot go on: {e:#}");
+                return self.finish_goal(guard, goal, GoalState::Failed, why).await;
+            }
+            None => {}
+        }
         let failures = {
             let mut st = self.state.lock().unwrap();
             let Some(rt) = st.goals.get_mut(goal) else {
@@ -347,6 +387,49 @@ impl Engine {
             self.finish_goal(guard, goal, GoalState::Failed, why)
                 .await?;
         }
+        Ok(())
+    }
+
+    /// A transient endpoint failure: the goal waits out its back-off (jittered, at least
+    /// the endpoint's `Retry-After`, scaled by `agent_backoff_scale`), says so in `status`
+    /// and the log, and asks again. Only a budget ends a goal whose endpoint stays down.
+    async fn agent_retrying(
+        &self,
+        guard: &CommitGuard<'_>,
+        goal: &str,
+        kind: AgentKind,
+        message: String,
+        retry_after: Option<Duration>,
+    ) -> anyhow::Result<()> {
+        let scale = self.config().agent_backoff_scale;
+        let (attempt, wait) = {
+            let mut st = self.state.lock().unwrap();
+            let Some(rt) = st.goals.get_mut(goal) else {
+                return Ok(());
+            };
+            rt.transient_failures += 1;
+            let wait = agent::retry::backoff(rt.transient_failures, retry_after, scale);
+            rt.not_before = Some(Instant::now() + wait);
+            rt.waiting = Some(format!(
+                "the {kind} endpoint failed transiently ({} in a row): {message}; asking again",
+                rt.transient_failures
+            ));
+            (rt.transient_failures, wait)
+        };
+        tracing::warn!(%goal, attempt, ?wait, "the {kind} endpoint failed transiently: {message}");
+        self.append(
+            guard,
+            vec![NewEvent::goal(
+                goal,
+                EventKind::AgentRetrying {
+                    agent: kind.to_string(),
+                    message,
+                    attempt,
+                    retry_in_ms: wait.as_millis() as u64,
+                },
+            )],
+        )
+        .await?;
         Ok(())
     }
 

@@ -29,11 +29,13 @@ mod iteration;
 pub(crate) mod ops;
 mod overhead;
 mod retime;
+mod revalidate;
 mod slots;
 // Slurm slots: the hooks marked HOOK(slurm) call into this room.
 mod slurm;
 mod sources;
 mod stop;
+mod waiting;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -86,6 +88,10 @@ struct GoalRt {
     not_before: Option<Instant>,
     /// The proposals made ahead for slots' next leases (compile-ahead, ahead.rs).
     ahead: ahead::Ahead,
+    /// Transient endpoint failures in a row (they never fail the goal; see agent::retry).
+    transient_failures: u32,
+    /// Why the goal waits, while it backs off (shown by `status`/`show`, see waiting.rs).
+    waiting: Option<String>,
 }
 
 impl GoalRt {
@@ -100,6 +106,8 @@ impl GoalRt {
             agent_failures: 0,
             not_before: None,
             ahead: Default::default(),
+            transient_failures: 0,
+            waiting: None,
         }
     }
 }
@@ -126,7 +134,13 @@ struct Slot {
 struct State {
     goals: BTreeMap<String, GoalRt>,
     slots: Vec<Slot>,
+    /// What the newest worker reported (workers start at start-up): what a goal's best
+    /// is compared with (`environment_changed` in `status`).
+    environment: Option<Environment>,
 }
+
+/// This build's version, as results record it.
+pub(crate) const KERNELD_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub struct Engine {
     cfg: std::sync::RwLock<Config>,
@@ -227,7 +241,11 @@ impl Engine {
             cfg: std::sync::RwLock::new(cfg),
             store,
             devices,
-            state: Mutex::new(State { goals: map, slots }),
+            state: Mutex::new(State {
+                goals: map,
+                slots,
+                environment: None,
+            }),
             commit_lock: tokio::sync::Mutex::new(()),
             wake: Notify::new(),
             events,
@@ -448,7 +466,7 @@ impl Engine {
             .goals
             .get(goal)
             .ok_or_else(|| rpc_err(code::GOAL_NOT_FOUND, format!("no goal {goal}")))?;
-        Ok(rt.proj.summary(now_ms(), rt.leases.len() as u32))
+        Ok(waiting::summary(&st, rt, now_ms()))
     }
 
     /// Resolves a goal reference for event filtering (follow mode).

@@ -141,7 +141,9 @@ impl Engine {
         let device = self.slot_uuid(slot);
         let prev = self.state.lock().unwrap().goals[goal].proj.best.clone();
         let (checked, best) = check_win(w, prev.as_ref(), &result);
+        let revalidated = super::revalidate::revalidated(w, &result);
         let mut items = vec![finished(goal, w, &device, result)];
+        items.extend(revalidated.map(|k| NewEvent::goal(goal, k)));
         items.extend(checked.map(|k| NewEvent::goal(goal, k)));
         items.extend(best.map(|k| NewEvent::goal(goal, k)));
         self.append(&guard, items).await?;
@@ -282,7 +284,7 @@ pub(super) fn check_win(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use serde_json::json;
 
@@ -302,7 +304,9 @@ mod tests {
                 spread_pct: spread,
                 iteration: 4,
                 interpreted: false,
+                environment: None,
             }),
+            revalidate: None,
             times: 1,
             done: 0,
             attempts: 1,
@@ -310,7 +314,8 @@ mod tests {
         }
     }
 
-    fn timed(speedup: f64, spread: f64) -> EvalResult {
+    /// A correct, timed re-time (revalidate.rs's tests too).
+    pub(in crate::engine) fn timed(speedup: f64, spread: f64) -> EvalResult {
         EvalResult {
             class: ResultClass::Ok,
             correct: true,

@@ -99,6 +99,7 @@ impl Engine {
         match started {
             Ok(w) => {
                 let mut st = self.state.lock().unwrap();
+                st.environment = Some(Environment::from_ready(&w.ready, super::KERNELD_VERSION));
                 let s = &mut st.slots[slot];
                 s.start_failures = 0;
                 s.worker_pid = Some(w.pid() as u32);

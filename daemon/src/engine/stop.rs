@@ -38,7 +38,7 @@ impl Engine {
                 return Some((GoalState::Completed, "budget_wall".into()));
             }
         }
-        None
+        token_budget(g)
     }
 
     /// Moves a goal to a terminal (or paused) state and stops its other leases.
@@ -109,4 +109,19 @@ impl Engine {
             }
         }
     }
+}
+
+/// The tokens and cost budgets, from the endpoint's `usage` figures (checked with the
+/// other rules after each result).
+fn token_budget(g: &crate::projection::GoalProjection) -> Option<(GoalState, String)> {
+    let b = &g.spec.budget;
+    if b.tokens.is_some_and(|t| g.tokens >= t) {
+        return Some((GoalState::Completed, "budget_tokens".into()));
+    }
+    if let (Some(cost), Some(price)) = (b.cost, b.price_per_1k_tokens) {
+        if g.tokens as f64 / 1000.0 * price >= cost {
+            return Some((GoalState::Completed, "budget_cost".into()));
+        }
+    }
+    None
 }

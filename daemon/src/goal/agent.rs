@@ -6,7 +6,9 @@ use toml::Spanned;
 use super::errors::{Ctx, GoalError};
 use super::schema::RawAgent;
 use super::{parse_duration, Requester, CONTEXT_BYTES, TEMPERATURE};
-use crate::wire::{AgentKind, AgentSpec, CommandSettings, LlmSettings, SearchSettings};
+use crate::wire::{
+    AgentKind, AgentSpec, CommandSettings, HybridSettings, LlmSettings, SearchSettings,
+};
 
 /// The `[agent]` keys each kind accepts.
 const SEARCH_KEYS: &[&str] = &["kind", "context_bytes"];
@@ -20,6 +22,10 @@ const LLM_KEYS: &[&str] = &[
     "context_bytes",
 ];
 const COMMAND_KEYS: &[&str] = &["kind", "command", "timeout", "context_bytes"];
+/// Tuning evaluations between two proposals of a hybrid, unless the goal says.
+const TUNE_EVALUATIONS: u64 = 8;
+/// The most tuning evaluations a hybrid may ask for between two proposals.
+const TUNE_MAX: i64 = 10_000;
 
 /// Checks an llm endpoint (parsed by the `url` crate): http or https, a host, a port
 /// other than 0, and no user or password in it.
@@ -70,11 +76,70 @@ pub(super) fn parse_agent(
             ),
         ));
     };
+    if kind == AgentKind::Hybrid {
+        return parse_hybrid(cx, raw, requester);
+    }
+    parse_kind(cx, raw, kind, requester)
+}
+
+/// `kind = "hybrid"`: `proposer` names the agent that writes kernels (its keys sit beside
+/// it in `[agent]`), `tune_evaluations` how long the search tunes each one.
+fn parse_hybrid(
+    cx: &Ctx<'_>,
+    mut raw: RawAgent,
+    requester: &Requester,
+) -> Result<AgentSpec, GoalError> {
+    let Some(p) = raw.proposer.take() else {
+        return Err(cx.err(
+            raw.kind.span(),
+            "agent kind `hybrid` needs `proposer` (\"llm\" or \"command\"), with that agent's \
+             keys beside it in [agent]",
+        ));
+    };
+    let kind = match AgentKind::parse(p.get_ref()) {
+        Some(k @ (AgentKind::Llm | AgentKind::Command)) => k,
+        _ => {
+            return Err(cx.err(
+                p.span(),
+                format!(
+                    "`agent.proposer` = \"{}\": the proposer must be \"llm\" or \"command\" \
+                     (the search agent does the tuning)",
+                    p.get_ref()
+                ),
+            ))
+        }
+    };
+    let tune_evaluations = match raw.tune_evaluations.take() {
+        Some(t) if (1..=TUNE_MAX).contains(t.get_ref()) => *t.get_ref() as u64,
+        Some(t) => {
+            return Err(cx.err(
+                t.span(),
+                format!("`agent.tune_evaluations` must be between 1 and {TUNE_MAX}"),
+            ))
+        }
+        None => TUNE_EVALUATIONS,
+    };
+    let proposer = parse_kind(cx, raw, kind, requester)?;
+    Ok(AgentSpec::Hybrid(HybridSettings {
+        proposer: Box::new(proposer),
+        tune_evaluations,
+    }))
+}
+
+/// One kind's settings (a hybrid's proposer too).
+fn parse_kind(
+    cx: &Ctx<'_>,
+    raw: RawAgent,
+    kind: AgentKind,
+    requester: &Requester,
+) -> Result<AgentSpec, GoalError> {
     let allowed = match kind {
         AgentKind::Llm => LLM_KEYS,
         AgentKind::Command => COMMAND_KEYS,
         AgentKind::Search => SEARCH_KEYS,
+        AgentKind::Hybrid => &["kind", "proposer", "tune_evaluations"],
     };
+    let kind_span = raw.kind.span();
     let present = [
         ("url", raw.url.as_ref().map(Spanned::span)),
         ("model", raw.model.as_ref().map(Spanned::span)),
@@ -85,6 +150,11 @@ pub(super) fn parse_agent(
         (
             "context_bytes",
             raw.context_bytes.as_ref().map(Spanned::span),
+        ),
+        ("proposer", raw.proposer.as_ref().map(Spanned::span)),
+        (
+            "tune_evaluations",
+            raw.tune_evaluations.as_ref().map(Spanned::span),
         ),
     ];
     if let Some((key, span)) = present
@@ -254,5 +324,8 @@ pub(super) fn parse_agent(
             })
         }
         AgentKind::Search => AgentSpec::Search(SearchSettings { context_bytes }),
+        AgentKind::Hybrid => {
+            return Err(cx.err(kind_span, "a hybrid's proposer must be `llm` or `command`"))
+        }
     })
 }

@@ -318,6 +318,38 @@ pub fn parse(
         );
         budget.gpu_hours = Some(h.map_err(|m| cx.err(g.span(), m))?);
     }
+    if let Some(t) = &raw.budget.tokens {
+        if *t.get_ref() < 1 {
+            return Err(cx.err(t.span(), "`budget.tokens` must be at least 1"));
+        }
+        budget.tokens = Some(*t.get_ref() as u64);
+    }
+    let positive = |v: &toml::Spanned<f64>, key: &str| {
+        if v.get_ref().is_finite() && *v.get_ref() > 0.0 {
+            Ok(*v.get_ref())
+        } else {
+            Err(cx.err(
+                v.span(),
+                format!("`budget.{key}` must be a positive number"),
+            ))
+        }
+    };
+    budget.price_per_1k_tokens = raw
+        .budget
+        .price_per_1k_tokens
+        .as_ref()
+        .map(|p| positive(p, "price_per_1k_tokens"))
+        .transpose()?;
+    if let Some(c) = &raw.budget.cost {
+        budget.cost = Some(positive(c, "cost")?);
+        if budget.price_per_1k_tokens.is_none() {
+            return Err(cx.err(
+                c.span(),
+                "`budget.cost` needs `budget.price_per_1k_tokens` (what the endpoint charges \
+                 per thousand tokens) to turn its token counts into money",
+            ));
+        }
+    }
 
     let mut stop = StopRules::default();
     if let Some(t) = &raw.stop.target_speedup {

@@ -31,6 +31,9 @@ pub(super) struct RawBudget {
     pub(super) wall: Option<Spanned<String>>,
     pub(super) iterations: Option<Spanned<i64>>,
     pub(super) gpu_hours: Option<Spanned<f64>>,
+    pub(super) tokens: Option<Spanned<i64>>,
+    pub(super) cost: Option<Spanned<f64>>,
+    pub(super) price_per_1k_tokens: Option<Spanned<f64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -52,6 +55,9 @@ pub(super) struct RawAgent {
     // command
     pub(super) command: Option<Spanned<Vec<String>>>,
     pub(super) timeout: Option<Spanned<String>>,
+    // hybrid
+    pub(super) proposer: Option<Spanned<String>>,
+    pub(super) tune_evaluations: Option<Spanned<i64>>,
     // every agent
     pub(super) context_bytes: Option<Spanned<i64>>,
 }

@@ -414,3 +414,65 @@ fn type_errors_are_in_plain_words() {
     assert!(parse_duration("3651d").unwrap_err().contains("too long"));
     assert_eq!(parse_duration("3650d"), Ok(MAX_DURATION_S));
 }
+
+#[test]
+fn token_and_cost_budgets() {
+    let d = task_fixture();
+    let g = parse_in(
+        &d,
+        "name = \"g\"\ntask = \"demo\"\n[budget]\ntokens = 50000\ncost = 2.5\nprice_per_1k_tokens = 0.01\n",
+    )
+    .unwrap();
+    assert_eq!(
+        (g.budget.tokens, g.budget.cost, g.budget.price_per_1k_tokens),
+        (Some(50000), Some(2.5), Some(0.01))
+    );
+    let e = parse_in(&d, "name = \"g\"\ntask = \"demo\"\n[budget]\ncost = 2.5\n").unwrap_err();
+    assert!(e.to_string().contains("price_per_1k_tokens"), "{e}");
+    let e = parse_in(&d, "name = \"g\"\ntask = \"demo\"\n[budget]\ntokens = 0\n").unwrap_err();
+    assert!(
+        e.to_string().contains("`budget.tokens` must be at least 1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn hybrid_agent_takes_a_proposer_and_its_keys() {
+    let d = task_fixture();
+    let head = "name = \"g\"\ntask = \"demo\"\n[agent]\nkind = \"hybrid\"\n";
+    let g = parse_in(
+        &d,
+        &format!("{head}proposer = \"llm\"\ntune_evaluations = 3\nurl = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n"),
+    )
+    .unwrap();
+    let crate::wire::AgentSpec::Hybrid(h) = &g.agent else {
+        panic!("{:?}", g.agent)
+    };
+    assert_eq!(h.tune_evaluations, 3);
+    assert_eq!(h.proposer.kind(), "llm");
+    assert_eq!(g.agent.proposer().kind(), "llm");
+
+    let no_proposer = parse_in(&d, head).unwrap_err().to_string();
+    assert!(no_proposer.contains("needs `proposer`"), "{no_proposer}");
+    let search = parse_in(&d, &format!("{head}proposer = \"search\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        search.contains("must be \"llm\" or \"command\""),
+        "{search}"
+    );
+    let zero = parse_in(
+        &d,
+        &format!("{head}proposer = \"llm\"\ntune_evaluations = 0\nurl = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(zero.contains("between 1 and"), "{zero}");
+    let stray = parse_in(
+        &d,
+        "name = \"g\"\ntask = \"demo\"\n[agent]\nkind = \"search\"\ntune_evaluations = 2\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(stray.contains("does not apply"), "{stray}");
+}

@@ -167,6 +167,7 @@ fn random_change(
                 "x = 1\n".repeat(rng.gen_range(1..400))
             )),
             note: None,
+            tokens: None,
         },
         _ => EventKind::EvaluationFinished {
             iteration: it,

@@ -114,6 +114,7 @@ fn sequence_is_dense_and_projection_equals_replay() {
                 agent: "search".into(),
                 source: None,
                 note: None,
+                tokens: None,
             },
         )])
         .unwrap();

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{BestSummary, EvalResult, GoalSpec, GoalState, Health};
+use super::{BestSummary, EvalResult, ForkOrigin, GoalSpec, GoalState, Health};
 
 /// One immutable record of the log. Every state the daemon shows is a projection of these.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -33,6 +33,11 @@ pub enum EventKind {
         spec: GoalSpec,
         owner_uid: u32,
     },
+    /// This goal is a fork: the events after this one up to its first own are copies of
+    /// the origin's (its candidates, measurements and best as of `origin.seq`).
+    GoalForked {
+        origin: ForkOrigin,
+    },
     GoalStateChanged {
         from: GoalState,
         to: GoalState,
@@ -58,6 +63,9 @@ pub enum EventKind {
         source: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         note: Option<String>,
+        /// Tokens the endpoint's `usage` counted for this proposal (llm agents).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tokens: Option<u64>,
     },
     EvaluationStarted {
         iteration: u64,
@@ -96,6 +104,15 @@ pub enum EventKind {
         agent: String,
         message: String,
         failures: u32,
+    },
+    /// The agent's endpoint failed transiently (429, 5xx, a timeout, a reset, a garbled
+    /// reply): the goal waits `retry_in_ms` and asks again. Never fails the goal by itself.
+    AgentRetrying {
+        agent: String,
+        message: String,
+        /// Transient failures in a row.
+        attempt: u32,
+        retry_in_ms: u64,
     },
     /// The daemon was down from `from_ms` (its last event) to `to_ms` (its restart): a
     /// running goal's wall clock does not count that time.
@@ -147,6 +164,22 @@ pub enum EventKind {
         source_hash: Option<String>,
         times: u32,
         by_uid: u32,
+        /// A `revalidate` request: its result is checked against these figures.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        revalidate: Option<super::Revalidation>,
+    },
+    /// A revalidation's re-time finished: whether the candidate still holds its win
+    /// (its speedup now within the noise of the one it was measured at, or above).
+    Revalidated {
+        iteration: u64,
+        candidate: String,
+        request: u64,
+        then_speedup: f64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        now_speedup: Option<f64>,
+        spread_pct: f64,
+        held: bool,
+        reason: String,
     },
     /// A re-time began: a would-be best's confirmation (`request` absent) or one of a
     /// `retime` request's.
@@ -197,6 +230,7 @@ impl EventKind {
             EventKind::DaemonStarted { .. } => "daemon_started",
             EventKind::DaemonStopped { .. } => "daemon_stopped",
             EventKind::GoalEnqueued { .. } => "goal_enqueued",
+            EventKind::GoalForked { .. } => "goal_forked",
             EventKind::GoalStateChanged { .. } => "goal_state_changed",
             EventKind::SeedDescribed { .. } => "seed_described",
             EventKind::CandidateProposed { .. } => "candidate_proposed",
@@ -206,6 +240,7 @@ impl EventKind {
             EventKind::NewBest { .. } => "new_best",
             EventKind::DeviceHealth { .. } => "device_health",
             EventKind::AgentFailed { .. } => "agent_failed",
+            EventKind::AgentRetrying { .. } => "agent_retrying",
             EventKind::Downtime { .. } => "downtime",
             EventKind::SlurmJobSubmitted { .. } => "slurm_job_submitted",
             EventKind::SlurmJobStarted { .. } => "slurm_job_started",
@@ -216,6 +251,7 @@ impl EventKind {
             EventKind::RetimeFinished { .. } => "retime_finished",
             EventKind::RetimeAborted { .. } => "retime_aborted",
             EventKind::WinChecked { .. } => "win_checked",
+            EventKind::Revalidated { .. } => "revalidated",
         }
     }
 }

@@ -16,12 +16,14 @@ pub const PROTOCOL: u32 = 1;
 pub const MAX_LINE: usize = 8 * 1024 * 1024;
 
 mod events;
+mod fork;
 mod params;
 mod results;
 mod retime;
 mod spec;
 
 pub use events::*;
+pub use fork::*;
 pub use params::*;
 pub use results::*;
 pub use retime::*;
@@ -188,6 +190,10 @@ methods! {
     Retime(RetimeParams) = RETIME "retime",
     /// A `retime` request's progress and its stability summary.
     Retimes(RetimesParams) = RETIMES "retimes",
+    /// Re-measure a goal's best few candidates now; record whether each still wins.
+    Revalidate(RevalidateParams) = REVALIDATE "revalidate",
+    /// A new goal from another's state as of one of its events.
+    Fork(ForkParams) = FORK "fork",
 }
 
 /// Why a request's method and parameters are not a `Call`.

@@ -106,6 +106,9 @@ pub struct BestSummary {
     pub iteration: u64,
     /// True when measured under Triton's interpreter (CPU mode): not a GPU figure.
     pub interpreted: bool,
+    /// What measured it (absent in bests logged before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<super::Environment>,
 }
 
 /// One goal as `status` lists it.
@@ -139,6 +142,24 @@ pub struct GoalSummary {
     /// evaluation reported phases).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phases: Option<crate::worker::PhaseMeans>,
+    /// Tokens the agent's endpoint spent (the tokens and cost budgets).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tokens: u64,
+    /// Why a goal that should run does not (a worker that cannot start, an endpoint
+    /// being retried), in words a user can act on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
+    /// A fork's origin (`kernelctl fork`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<super::ForkOrigin>,
+    /// The best was measured under another environment than the daemon's now: what
+    /// changed, and what to do (`kernelctl revalidate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_changed: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// `show`: a goal in full.
@@ -263,6 +284,9 @@ pub struct ContextResult {
     /// The goal's context budget in bytes (`agent.context_bytes`, else the default).
     #[serde(default)]
     pub budget_bytes: u64,
+    /// `hybrid`: which phase the next iteration is in, in words (`tune: ...`, `propose: ...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
 }
 
 /// One message of an OpenAI-compatible chat-completions request.

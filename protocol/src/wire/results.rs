@@ -103,6 +103,74 @@ pub struct EvalResult {
     /// interleaved with a freshly timed baseline, one correctness seed, no profile.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retimed: bool,
+    /// What measured it (the worker's ready line and kerneld's version), filled in by the
+    /// daemon; absent in results logged before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<Environment>,
+}
+
+/// The software and hardware a result was measured with. A best measured under another
+/// environment than today's may no longer win (`kernelctl revalidate`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Environment {
+    pub kerneld: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<String>,
+}
+
+impl Environment {
+    /// From a worker's ready line (`{"torch": ..., "device": {"name": ...}, ...}`).
+    pub fn from_ready(ready: &Value, kerneld: &str) -> Environment {
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
+        Environment {
+            kerneld: kerneld.to_string(),
+            mode: text(ready.get("mode")),
+            gpu: text(ready.get("device").and_then(|d| d.get("name"))),
+            driver: text(ready.get("driver")),
+            cuda: text(ready.get("cuda")),
+            torch: text(ready.get("torch")),
+            triton: text(ready.get("triton")),
+            python: text(ready.get("python")),
+        }
+    }
+
+    /// What differs from `now`, as `torch 2.10 -> 2.11` items; fields `now` does not know
+    /// (a kerneld that has not started a worker yet) are not compared.
+    pub fn changes(&self, now: &Environment) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.kerneld != now.kerneld && !now.kerneld.is_empty() {
+            out.push(format!("kerneld {} -> {}", self.kerneld, now.kerneld));
+        }
+        let pairs = [
+            ("mode", &self.mode, &now.mode),
+            ("GPU", &self.gpu, &now.gpu),
+            ("driver", &self.driver, &now.driver),
+            ("CUDA", &self.cuda, &now.cuda),
+            ("torch", &self.torch, &now.torch),
+            ("triton", &self.triton, &now.triton),
+        ];
+        for (what, then, now) in pairs {
+            if let Some(n) = now {
+                if then.as_ref() != Some(n) {
+                    let t = then.as_deref().unwrap_or("unknown");
+                    out.push(format!("{what} {t} -> {n}"));
+                }
+            }
+        }
+        out
+    }
 }
 
 impl EvalResult {
@@ -124,6 +192,7 @@ impl EvalResult {
             config: None,
             phases: Phases::default(),
             retimed: false,
+            environment: None,
         }
     }
 

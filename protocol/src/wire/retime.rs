@@ -32,6 +32,34 @@ pub struct RetimeParams {
     pub times: u32,
 }
 
+/// `revalidate`: re-measure a goal's best few candidates now, and record whether each
+/// still holds its win beyond noise (one re-time each, through the `retime` machinery).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RevalidateParams {
+    pub goal: String,
+    /// How many of the best distinct candidates (default `REVALIDATE_TOP`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top: Option<u32>,
+}
+
+/// Candidates `revalidate` re-measures unless told, and the most it takes.
+pub const REVALIDATE_TOP: u32 = 3;
+pub const MAX_REVALIDATE_TOP: u32 = 20;
+
+/// `revalidate`'s answer: one re-time request per candidate.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RevalidateTicket {
+    pub goal: String,
+    pub requests: Vec<RetimeTicket>,
+}
+
+/// What a revalidation's re-time is checked against: the candidate's figures as measured.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Revalidation {
+    pub speedup: f64,
+    pub spread_pct: f64,
+}
+
 /// `retime`'s answer: the request, queued (it runs on the goal's devices, one re-time
 /// per lease, before new work).
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -36,6 +36,14 @@ pub struct Budget {
     pub wall_s: Option<u64>,
     pub iterations: Option<u64>,
     pub gpu_hours: Option<f64>,
+    /// Tokens the agent's endpoint may spend (its replies' `usage.total_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// Money the agent's endpoint may cost, at `price_per_1k_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_per_1k_tokens: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -52,6 +60,8 @@ pub enum AgentSpec {
     Search(SearchSettings),
     Llm(LlmSettings),
     Command(CommandSettings),
+    /// A proposer (llm or command) gives structure, the search tunes it (issue #17 item 2).
+    Hybrid(HybridSettings),
 }
 
 /// The kinds of agent (SPEC section 7), for matching without the settings.
@@ -61,16 +71,23 @@ pub enum AgentKind {
     Search,
     Llm,
     Command,
+    Hybrid,
 }
 
 impl AgentKind {
-    pub const ALL: [AgentKind; 3] = [AgentKind::Search, AgentKind::Llm, AgentKind::Command];
+    pub const ALL: [AgentKind; 4] = [
+        AgentKind::Search,
+        AgentKind::Llm,
+        AgentKind::Command,
+        AgentKind::Hybrid,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             AgentKind::Search => "search",
             AgentKind::Llm => "llm",
             AgentKind::Command => "command",
+            AgentKind::Hybrid => "hybrid",
         }
     }
 
@@ -97,6 +114,15 @@ impl AgentSpec {
             AgentSpec::Search(_) => AgentKind::Search,
             AgentSpec::Llm(_) => AgentKind::Llm,
             AgentSpec::Command(_) => AgentKind::Command,
+            AgentSpec::Hybrid(_) => AgentKind::Hybrid,
+        }
+    }
+
+    /// The agent that writes code: the proposer of a hybrid, else the agent itself.
+    pub fn proposer(&self) -> &AgentSpec {
+        match self {
+            AgentSpec::Hybrid(h) => h.proposer.proposer(),
+            a => a,
         }
     }
 
@@ -106,6 +132,7 @@ impl AgentSpec {
             AgentSpec::Search(s) => serde_json::to_value(s),
             AgentSpec::Llm(s) => serde_json::to_value(s),
             AgentSpec::Command(s) => serde_json::to_value(s),
+            AgentSpec::Hybrid(s) => serde_json::to_value(s),
         };
         v.unwrap_or(Value::Null)
     }
@@ -116,6 +143,7 @@ impl AgentSpec {
             AgentSpec::Search(s) => s.context_bytes,
             AgentSpec::Llm(s) => s.context_bytes,
             AgentSpec::Command(s) => s.context_bytes,
+            AgentSpec::Hybrid(s) => s.proposer.context_bytes(),
         }
     }
 }
@@ -158,6 +186,17 @@ pub struct CommandSettings {
     pub timeout_s: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_bytes: Option<u64>,
+}
+
+/// `kind = "hybrid"`: the proposer writes a kernel with its SPACE; the search agent then
+/// tunes that SPACE for `tune_evaluations` evaluations before the proposer is asked again
+/// (with the tuned results in its context).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HybridSettings {
+    /// `llm` or `command`, with its own settings.
+    pub proposer: Box<AgentSpec>,
+    pub tune_evaluations: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -3,6 +3,47 @@
 use crate::engine::*;
 
 impl Engine {
+    /// What a goal file from `uid` may ask for (fork's settings are checked the same way).
+    pub(super) fn requester(
+        &self,
+        uid: u32,
+        files: std::collections::BTreeMap<String, String>,
+    ) -> crate::goal::Requester {
+        let trusted = self.is_trusted(uid);
+        crate::goal::Requester {
+            trusted,
+            // A root daemon runs a command agent as the goal's owner (agent::command).
+            may_run_commands: trusted || nix::unistd::geteuid().is_root(),
+            files,
+            llm_keys: self.config().llm_keys.clone(),
+        }
+    }
+
+    /// A goal just committed (`evs`): into the engine's state, then published, then the
+    /// scheduler woken. The commit lock is held until it is in the state.
+    pub(super) fn adopt(
+        &self,
+        id: &str,
+        evs: Vec<Event>,
+        guard: tokio::sync::MutexGuard<'_, ()>,
+    ) -> RpcResult<()> {
+        {
+            let mut st = self.state.lock().unwrap();
+            let proj = self
+                .store
+                .goal(id)
+                .map_err(internal)?
+                .ok_or_else(|| internal("the new goal is missing from the store"))?;
+            st.goals.insert(id.to_string(), GoalRt::new(proj));
+        }
+        drop(guard);
+        for ev in evs {
+            let _ = self.events.send(ev);
+        }
+        self.wake.notify_one();
+        Ok(())
+    }
+
     pub(crate) async fn enqueue(
         &self,
         params: EnqueueParams,
@@ -15,14 +56,7 @@ impl Engine {
             ));
         }
         let kernels = self.config().kernels_dir.clone();
-        let trusted = self.is_trusted(uid);
-        let requester = crate::goal::Requester {
-            trusted,
-            // A root daemon runs a command agent as the goal's owner (agent::command).
-            may_run_commands: trusted || nix::unistd::geteuid().is_root(),
-            files: params.files,
-            llm_keys: self.config().llm_keys.clone(),
-        };
+        let requester = self.requester(uid, params.files);
         let sent_seeds = !requester.files.is_empty();
         let (path, source) = (params.path, params.source);
         let spec = tokio::task::spawn_blocking(move || {
@@ -55,20 +89,7 @@ impl Engine {
             .await
             .map_err(internal)?
             .map_err(internal)?;
-        {
-            let mut st = self.state.lock().unwrap();
-            let proj = self
-                .store
-                .goal(&id)
-                .map_err(internal)?
-                .ok_or_else(|| internal("enqueued goal missing"))?;
-            st.goals.insert(id.clone(), GoalRt::new(proj));
-        }
-        drop(guard);
-        for ev in evs {
-            let _ = self.events.send(ev);
-        }
-        self.wake.notify_one();
+        self.adopt(&id, evs, guard)?;
         Ok(EnqueueResult {
             id,
             name,

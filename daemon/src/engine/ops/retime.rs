@@ -4,18 +4,31 @@
 use crate::engine::*;
 use crate::store::NewEvent;
 
+/// A re-time request of an evaluated candidate: what ran (defaults filled in).
+pub(super) fn request(
+    rec: &EvaluationRecord,
+    times: u32,
+    uid: u32,
+    revalidate: Option<Revalidation>,
+) -> EventKind {
+    EventKind::RetimeRequested {
+        iteration: rec.iteration,
+        candidate: rec.candidate.clone(),
+        seed: rec.seed.clone(),
+        config: rec.result.config.clone().unwrap_or(rec.config.clone()),
+        source_hash: rec.source_hash.clone(),
+        times,
+        by_uid: uid,
+        revalidate,
+    }
+}
+
 impl Engine {
-    pub(crate) async fn retime(&self, p: &RetimeParams, uid: u32) -> RpcResult<RetimeTicket> {
-        let id = self.resolve(&p.goal, uid)?;
-        if p.times == 0 || p.times > MAX_RETIMES {
-            return Err(rpc_err(
-                code::INVALID_PARAMS,
-                format!("--times must be 1..={MAX_RETIMES}, not {}", p.times),
-            ));
-        }
+    /// Whether `uid` may re-time goal `id`'s candidates now; its best.
+    pub(super) fn may_retime(&self, id: &str, uid: u32) -> RpcResult<Option<BestSummary>> {
         let (owner, state, best) = {
             let st = self.state.lock().unwrap();
-            let g = &st.goals[&id].proj;
+            let g = &st.goals[id].proj;
             (g.owner_uid, g.state, g.best.clone())
         };
         if !self.may_modify(uid, owner) {
@@ -30,6 +43,18 @@ impl Engine {
                 format!("goal {id} is {state}: it gets no device time; re-time a running, paused or completed goal's candidate"),
             ));
         }
+        Ok(best)
+    }
+
+    pub(crate) async fn retime(&self, p: &RetimeParams, uid: u32) -> RpcResult<RetimeTicket> {
+        let id = self.resolve(&p.goal, uid)?;
+        if p.times == 0 || p.times > MAX_RETIMES {
+            return Err(rpc_err(
+                code::INVALID_PARAMS,
+                format!("--times must be 1..={MAX_RETIMES}, not {}", p.times),
+            ));
+        }
+        let best = self.may_retime(&id, uid)?;
         let store = self.store.clone();
         let gid = id.clone();
         let records = tokio::task::spawn_blocking(move || store.evaluations(&gid))
@@ -80,20 +105,8 @@ impl Engine {
                 ),
             )
         })?;
-        let config = rec.result.config.clone().unwrap_or(rec.config.clone());
         let evs = self
-            .commit(vec![NewEvent::goal(
-                &id,
-                EventKind::RetimeRequested {
-                    iteration: rec.iteration,
-                    candidate: rec.candidate.clone(),
-                    seed: rec.seed.clone(),
-                    config,
-                    source_hash: rec.source_hash.clone(),
-                    times: p.times,
-                    by_uid: uid,
-                },
-            )])
+            .commit(vec![NewEvent::goal(&id, request(&rec, p.times, uid, None))])
             .await
             .map_err(internal)?;
         self.wake.notify_one();

@@ -21,7 +21,7 @@ impl Engine {
         Ok(ids
             .into_iter()
             .filter_map(|id| st.goals.get(id))
-            .map(|g| g.proj.summary(now, g.leases.len() as u32))
+            .map(|g| waiting::summary(&st, g, now))
             .collect())
     }
 }
