@@ -57,7 +57,7 @@ def runner_env(scratch: str) -> dict:
            "TRITON_CACHE_DIR": os.path.join(scratch, "triton"),
            "TORCHINDUCTOR_CACHE_DIR": os.path.join(scratch, "inductor"),
            "CUDA_CACHE_PATH": os.path.join(scratch, "cuda"), "KERNELD_RUNNER_SCRATCH": scratch}
-    for k in ("CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET"):
+    for k in ("CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "KERNELD_RUNNER_GPU_MEM_FRACTION"):
         if k in os.environ:
             env[k] = os.environ[k]
     if os.environ.get("KERNELD_RUNNER_LAUNCHER"):
