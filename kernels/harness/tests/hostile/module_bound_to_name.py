@@ -1,6 +1,5 @@
 # hostile: binds an allowed module to a name (core = tl.core) so that the paths read through it (core.inspect.linecache) are never resolved by the rules, then reads a secret file
 # expect: class=rejected rule=introspection
-# expect-sandboxed: no-effect
 """Hostile candidate (static-rule bypass class, NOTES.md "Red team, session 4"): binds an allowed module to a name (core = tl.core) so that the paths read through it (core.inspect.linecache) are never resolved by the rules, then reads a secret file.
 Otherwise the demo's tiled matmul, so that only the attack can decide its verdict; the
 static rules must refuse it, and with them skipped the sandbox must make it fail quietly."""

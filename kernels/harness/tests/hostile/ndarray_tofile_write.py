@@ -1,6 +1,5 @@
 # hostile: writes files outside its scratch through methods of a NumPy array (ndarray.tofile, ndarray.dump), which no module path names
 # expect: class=rejected rule=io
-# expect-sandboxed: no-effect
 """Hostile candidate (static-rule bypass class, NOTES.md "Red team, session 4"): writes files outside its scratch through methods of a NumPy array (ndarray.tofile, ndarray.dump), which no module path names.
 Otherwise the demo's tiled matmul, so that only the attack can decide its verdict; the
 static rules must refuse it, and with them skipped the sandbox must make it fail quietly."""

@@ -1,6 +1,5 @@
 # hostile: reads a file only the daemon's user may read with open() from the builtins module Triton's language re-exports (tl.core.builtins)
 # expect: class=rejected rule=introspection
-# expect-sandboxed: no-effect
 """Hostile candidate (static-rule bypass class, NOTES.md "Red team, session 4"): reads a file only the daemon's user may read with open() from the builtins module Triton's language re-exports (tl.core.builtins).
 Otherwise the demo's tiled matmul, so that only the attack can decide its verdict; the
 static rules must refuse it, and with them skipped the sandbox must make it fail quietly."""

@@ -1,6 +1,5 @@
 # hostile: imports subprocess by name through pkgutil.resolve_name, which triton.language.extra re-exports, and starts a program
 # expect: class=rejected rule=banned-import
-# expect-sandboxed: no-effect
 """Hostile candidate (static-rule bypass class, NOTES.md "Red team, session 4"): imports subprocess by name through pkgutil.resolve_name, which triton.language.extra re-exports, and starts a program.
 Otherwise the demo's tiled matmul, so that only the attack can decide its verdict; the
 static rules must refuse it, and with them skipped the sandbox must make it fail quietly."""
