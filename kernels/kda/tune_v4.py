@@ -33,19 +33,34 @@ import triton  # noqa: E402
 
 import task  # noqa: E402
 from tune import check_outputs, env_info, load_seed  # noqa: E402
+from tune_v3 import _table  # noqa: E402  (the same table)
 
 SEEDS = {"v3": "chunked_v3.py", "v4": "chunked_v4.py"}
 # label -> (seed, overrides of its BEST)
 CONFIGS = {
     "v3": ("v3", {}),
     "v4": ("v4", {}),
-    "v4[BK=16]": ("v4", {"BK": 16}),
     "v4[BK=16,MAXNREG=168]": ("v4", {"BK": 16, "MAXNREG": 168}),
-    "v4[neumann]": ("v4", {"INV_ALGO": "neumann"}),
-    "v4[BK=16,MAXNREG=168,neumann]": ("v4", {"BK": 16, "MAXNREG": 168, "INV_ALGO": "neumann"}),
+    "v4[P=own]": ("v4", {"P": "own"}),
+    "v4[P=own,MAXNREG=168]": ("v4", {"P": "own", "MAXNREG": 168}),
+    "v4[P=role,MAXNREG=168]": ("v4", {"P": "role", "MAXNREG": 168}),
+    "v4[P=role,MAXNREG=168,WU_LOAD=early]": ("v4", {"P": "role", "MAXNREG": 168, "WU_LOAD": "early"}),
+    "v4[WU_LOAD=early]": ("v4", {"WU_LOAD": "early"}),
+    "v4[P=own,MAXNREG=168,WU_LOAD=early]": ("v4", {"P": "own", "MAXNREG": 168, "WU_LOAD": "early"}),
+    "v4[INV_ORDER=left]": ("v4", {"INV_ORDER": "left"}),
+    "v4[WU_LOAD=early,INV_ORDER=left]": ("v4", {"WU_LOAD": "early", "INV_ORDER": "left"}),
     "v4[INV=split]": ("v4", {"INV": "split"}),
+    # a probe, not a candidate: the Neumann inverse (depth 6 instead of 10) is wrong with nearly
+    # parallel keys (tests/emulate_inv.py); its time says how much the inverse's chain costs
     "v3[neumann]": ("v3", {"INV_ALGO": "neumann"}),
 }
+# the scan with fewer load stages (193 KB of shared memory at 3: one program per SM): only where
+# its programs (B*H*V/BV) outnumber the SMs, e.g. b8_t4096_h16's 512 (4 waves)
+SCAN_CONFIGS = {
+    "v4[SCAN_STAGES=1]": ("v4", {"SCAN_STAGES": 1}),
+    "v4[SCAN_STAGES=2]": ("v4", {"SCAN_STAGES": 2}),
+}
+CONFIGS.update(SCAN_CONFIGS)
 
 
 def _cfg(mods, label, small):
@@ -53,13 +68,14 @@ def _cfg(mods, label, small):
     return mods[seed], dict(mods[seed].BEST, **small, **over)
 
 
-def precompile(labels, shape_name, budget_s):
-    """Compile every config in its own process at once (one run of each at a goal shape)."""
+def precompile(jobs, budget_s):
+    """Compile every (config, shape) in its own process at once (one run of each)."""
     procs = [subprocess.Popen([sys.executable, __file__, "--warm", label, "--warm-shape", shape_name],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for label in labels]
+             for label, shape_name in jobs]
     t0, res = time.time(), {}
-    for label, p in zip(labels, procs):
+    for (label, shape_name), p in zip(jobs, procs):
+        label = f"{label}@{shape_name}"
         try:
             out, _ = p.communicate(timeout=max(1.0, budget_s - (time.time() - t0)))
             res[label] = (p.returncode, out.strip().splitlines()[-1:] if out else [])
@@ -86,7 +102,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--labels", default=None, help="comma-separated labels of CONFIGS (default: all)")
+    ap.add_argument("--labels", default=None, help="semicolon-separated labels of CONFIGS (default: all)")
     ap.add_argument("--shapes", default=None, help="comma-separated goal shapes after the headline")
     ap.add_argument("--keep", type=int, default=2, help="v4 configs carried to the other shapes")
     ap.add_argument("--budget-s", type=float, default=225.0)
@@ -108,7 +124,8 @@ def main():
     others = args.shapes.split(",") if args.shapes else goal[1:]
     mods = {k: load_seed(HERE / "seeds" / v) for k, v in SEEDS.items()}
     small = {"BV": 16} if cpu else {}
-    labels = args.labels.split(",") if args.labels else list(CONFIGS)
+    labels = args.labels.split(";") if args.labels else [lb for lb in CONFIGS if lb not in SCAN_CONFIGS]
+    scan_labels = [] if args.labels else list(SCAN_CONFIGS)
     fla = task._fla_available() and not cpu
     env = env_info()
     rows, table = [], []
@@ -121,7 +138,10 @@ def main():
             out_path.write_text(json.dumps({"env": env, "rows": rows}, indent=1))
 
     if not cpu:
-        pre = precompile(labels, head, min(120.0, left() - 60))
+        big = [n for n in others if n in toml["shapes"] and
+               toml["shapes"][n]["B"] * toml["shapes"][n]["H"] * 128 // 32 > 132]
+        jobs = [(lb, head) for lb in labels] + [(lb, n) for lb in ["v3", "v4"] + scan_labels for n in big[:1]]
+        pre = precompile(jobs, min(120.0, left() - 60))
         row(stage="precompile", result={k: [str(v[0]), v[1]] for k, v in pre.items()})
         print(f"[precompile] {time.time() - t_start:.0f} s: {pre}", flush=True)
 
@@ -203,7 +223,9 @@ def main():
     print(f"[pick] {keep}", flush=True)
     for name in others:
         if left() > 45:
-            measure(name, ["v3"] + keep)
+            sh = shapes_all[name]
+            many = sh["B"] * sh["H"] * sh.get("V", 128) // 32 > 132     # scan programs at BV 32
+            measure(name, ["v3"] + keep + (scan_labels if many else []))
 
     if keep:                                        # held-out shapes and causality, fastest v4
         label = keep[0]
@@ -233,21 +255,6 @@ def main():
 
     _table([head] + others, table)
     print(f"done in {time.time() - t_start:.0f} s", flush=True)
-
-
-def _table(goal, table):
-    print("\n| shape | impl | total us | prep us | scan us | rel o | rel S | correct | vs FLA graph |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
-    for name in goal:
-        rs = [t for t in table if t[0] == name]
-        g = {lb: t["total"] for _, lb, t, _ in rs}.get("fla_cudagraph")
-        for _, lb, t, c in rs:
-            f = lambda x: f"{x:.1f}" if x else "-"
-            vs = f"{g / t['total']:.2f}x" if g and t["total"] else "-"
-            inv = f" (inv {t['inv']:.1f})" if t.get("inv") else ""
-            print(f"| {name} | {lb} | {f(t['total'])} | {f(t['prep'])}{inv} | {f(t['scan'])} | "
-                  f"{c.get('rel_o', float('nan')):.4f} | {c.get('rel_final_state', float('nan')):.4f} | "
-                  f"{c.get('correct')} | {vs} |")
 
 
 if __name__ == "__main__":

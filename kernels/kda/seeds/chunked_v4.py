@@ -44,19 +44,25 @@ SPACE = {
     "BK": [32, 16],              # K slice of the A / P pass (stacked tiles: [C, 4 BK])
     "PREP_WARPS": [4, 8],
     "MAXNREG": [0, 168],         # ptxas register cap of the preparation (168: 3 programs of 4 warps/SM)
-    "BVP": [64, 32, 128],        # column slice of W = Tm (.) and U~ = Tm (beta V)
+    "BVP": [64, 32, 128],        # column slice of W = Tm (.) and U~ = Tm (beta V) (WU_LOAD late)
+    "WU_LOAD": ["late", "early"],  # W / U~ right-hand sides loaded after the inverse (by slices),
+                                 # or whole before it (their latency behind the dot chain)
     "AP_DOT": ["tf32", "lowp"],  # A / P dot operands: fp32 via tf32, or bf16 (fp32 in CPU mode)
-    "P": ["fused", "own"],       # Q^ / P in the A program, or in a launch of their own (first)
+    "P": ["fused", "own", "role"],  # Q^ / P in the A program, in a launch of their own (first), or
+                                 # in programs of their own in the same launch (grid axis 2)
     "INV": ["fused", "split"],   # (I + A)^-1 and W / U~ in the A program, or in a second launch
     "INV_WARPS": [4, 8],         # warps of that second launch
     "INV_DOT": ["tf32", "tf32x3"],  # precision of the doubling dots of (I + A)^-1
+    "INV_ORDER": ["right", "left"],  # T_b A_b T_b as T_b (A_b T_b), or (T_b A_b) T_b (A_b, known
+                                 # up front, is a B operand: one operand store per level off the chain)
     "BV": ["auto", 32, 16, 64],  # scan: V tile of the state per program (B*H*V/BV programs);
                                  # auto: 16 while B*H*V/16 <= 132 (H200 SMs), else 32
     "SCAN_WARPS": [4, 8],
     "SCAN_STAGES": [3, 2, 1],
 }
-BEST = {"C": 64, "BC": 16, "BK": 32, "PREP_WARPS": 4, "MAXNREG": 0, "BVP": 64, "AP_DOT": "tf32",
-        "P": "fused", "INV": "fused", "INV_WARPS": 4, "INV_DOT": "tf32",
+BEST = {"C": 64, "BC": 16, "BK": 32, "PREP_WARPS": 4, "MAXNREG": 0, "BVP": 64, "WU_LOAD": "late",
+        "AP_DOT": "tf32",
+        "P": "fused", "INV": "fused", "INV_WARPS": 4, "INV_DOT": "tf32", "INV_ORDER": "right",
         "BV": "auto", "SCAN_WARPS": 4, "SCAN_STAGES": 3}
 DEFAULT = dict(BEST)
 
@@ -125,20 +131,44 @@ def _ap_slice(qb, kb, gb, betab, q_hat, k_hat, w, gamma, k0, acc_a, acc_p, crow0
 
 
 @triton.jit
+def _chunk_rows(T, H, NT, C: tl.constexpr, RS: tl.constexpr):
+    """This program's chunk c and b*h; the chunk's first token row in [B*T*H], its first row in
+    the chunk-contiguous scratch, and its row in gamma. RS = 1: axis 0 interleaves two roles."""
+    c = tl.program_id(0) >> RS
+    bh = tl.program_id(1)
+    tok0 = (((bh // H) * T + c * C) * H + bh % H).to(tl.int64)
+    return c, bh, tok0, ((bh * NT + c) * C).to(tl.int64), (bh * NT + c).to(tl.int64)
+
+
+@triton.jit
 def _kda_prep_v4(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr,
                  T, H, NT, scale,
                  K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr,
                  BK: tl.constexpr, BVP: tl.constexpr, AP_DT: tl.constexpr, INV_DOT: tl.constexpr,
-                 SPLIT: tl.constexpr, DO_P: tl.constexpr):
-    """One program per (chunk, b*h): A (and P unless P = "own"), then the inverse and W / U~."""
-    c = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+                 SPLIT: tl.constexpr, DO_P: tl.constexpr, EARLY: tl.constexpr, LEFT: tl.constexpr,
+                 ROLES: tl.constexpr):
+    """One program per (chunk, b*h): A (and P unless P = "own" / "role"), then the inverse and
+    W / U~. ROLES (P = "role"): axis 0 holds 2 programs per chunk, the odd one does Q^ / P (both
+    kinds interleaved in one launch: no second launch, its ramp and its tail)."""
+    if ROLES:
+        if tl.program_id(0) % 2 == 1:
+            _qp_body(q, k, g, q_hat, p_mat, T, H, NT, scale, K, C, BC, BK, AP_DT, 1)
+        else:
+            _a_body(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr, T, H, NT, scale,
+                    K, V, C, BC, BK, BVP, AP_DT, INV_DOT, SPLIT, False, EARLY, LEFT, 1)
+    else:
+        _a_body(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr, T, H, NT, scale,
+                K, V, C, BC, BK, BVP, AP_DT, INV_DOT, SPLIT, DO_P, EARLY, LEFT, 0)
+
+
+@triton.jit
+def _a_body(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr, T, H, NT, scale,
+            K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr,
+            BK: tl.constexpr, BVP: tl.constexpr, AP_DT: tl.constexpr, INV_DOT: tl.constexpr,
+            SPLIT: tl.constexpr, DO_P: tl.constexpr, EARLY: tl.constexpr, LEFT: tl.constexpr,
+            RS: tl.constexpr):
+    c, bh, tok0, crow0, grow0 = _chunk_rows(T, H, NT, C, RS)
     out_dt = q_hat.dtype.element_ty
-    tok0 = ((b * T + c * C) * H + h).to(tl.int64)    # first token row of the chunk in [B*T*H]
-    crow0 = ((bh * NT + c) * C).to(tl.int64)         # first row of the chunk in the scratch
-    grow0 = (bh * NT + c).to(tl.int64)
     rows = tl.arange(0, C)
     valid = c * C + rows < T
     acc_a = tl.zeros([C, C], dtype=tl.float32)      # sum_d k_i k_j exp(G_i - G_j), block-referenced
@@ -157,7 +187,7 @@ def _kda_prep_v4(q, k, v, g, beta, q_hat, k_hat, w, u_tilde, p_mat, gamma, a_scr
         tl.store(a_scr + crow0 * C + ri * C + cj, a_mat)
     else:
         tl.debug_barrier()                           # the parked rows were written by other threads
-        _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT)
+        _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT, EARLY, LEFT)
 
 
 @triton.jit
@@ -165,13 +195,14 @@ def _kda_qp_v4(q, k, g, q_hat, p_mat, T, H, NT, scale,
                K: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                AP_DT: tl.constexpr):
     """P = "own": Q^ and P in their own launch (one accumulator, fewer live registers)."""
-    c = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    tok0 = ((b * T + c * C) * H + h).to(tl.int64)
-    crow0 = ((bh * NT + c) * C).to(tl.int64)
-    grow0 = (bh * NT + c).to(tl.int64)
+    _qp_body(q, k, g, q_hat, p_mat, T, H, NT, scale, K, C, BC, BK, AP_DT, 0)
+
+
+@triton.jit
+def _qp_body(q, k, g, q_hat, p_mat, T, H, NT, scale,
+             K: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+             AP_DT: tl.constexpr, RS: tl.constexpr):
+    c, bh, tok0, crow0, grow0 = _chunk_rows(T, H, NT, C, RS)
     acc_p = tl.zeros([C, C], dtype=tl.float32)
     for k0 in tl.static_range(0, K, BK):
         _none, acc_p = _ap_slice(q + tok0 * K, k + tok0 * K, g + tok0 * K, q, q_hat, q_hat, q_hat,
@@ -186,7 +217,7 @@ def _kda_qp_v4(q, k, g, q_hat, p_mat, T, H, NT, scale,
 @triton.jit
 def _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H,
             K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BVP: tl.constexpr,
-            INV_DOT: tl.constexpr):
+            INV_DOT: tl.constexpr, EARLY: tl.constexpr, LEFT: tl.constexpr):
     """Tm = (I + A)^-1, then W = Tm (beta e^G K) (parked in W's buffer) and U~ = Tm (beta V).
 
     Blocked doubling: T_2b = T_b - T_b (A_b T_b), A_b coupling each odd b-block to the even one
@@ -200,6 +231,14 @@ def _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H,
     rows = tl.arange(0, C)
     ri = rows[:, None]
     cj = rows[None, :]
+    vb = v + tok0 * V
+    if EARLY:
+        # WU_LOAD = "early": both right-hand sides whole, loaded before the inverse's dot chain so
+        # their latency hides behind it (the A / P accumulators are dead by now: registers free)
+        kk = tl.arange(0, K)[None, :]
+        vv = tl.arange(0, V)[None, :]
+        rhs_w = tl.load(w + crow0 * K + ri * K + kk)
+        rhs_v = tl.load(vb + ri * (H * V) + vv, mask=valid[:, None], other=0.0)
     t_mat = (ri == cj).to(tl.float32)
     for lvl in tl.static_range(0, LEVELS):
         bsz = 1 << lvl
@@ -207,40 +246,43 @@ def _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H,
         a_b = tl.where(couple, a_mat, 0.0)
         if lvl == 0:
             t_mat = t_mat - a_b
-        else:
+        elif LEFT:                                   # (T A_b) T: A_b, fixed, is a B operand
+            y = tl.dot(t_mat, a_b, input_precision=INV_DOT)
+            t_mat = t_mat - tl.dot(y, t_mat, input_precision=INV_DOT)
+        else:                                        # T (A_b T)
             y = tl.dot(a_b, t_mat, input_precision=INV_DOT)
             t_mat = t_mat - tl.dot(t_mat, y, input_precision=INV_DOT)
     t_lp = t_mat.to(out_dt)
-    for n0 in tl.static_range(0, K, BVP):
-        nc = n0 + tl.arange(0, BVP)
-        wo = crow0 * K + ri * K + nc[None, :]
-        rhs = tl.load(w + wo)
+    if EARLY:
         tl.debug_barrier()                           # every thread read its rows before any store
-        tl.store(w + wo, tl.dot(t_lp, rhs.to(out_dt)).to(out_dt))
-    vb = v + tok0 * V
-    for n0 in tl.static_range(0, V, BVP):
-        nc = n0 + tl.arange(0, BVP)
-        vs = tl.load(vb + ri * (H * V) + nc[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
-        u_s = tl.dot(t_lp, (beta_c[:, None] * vs).to(out_dt))
-        tl.store(u_tilde + crow0 * V + ri * V + nc[None, :], u_s.to(out_dt))
+        tl.store(w + crow0 * K + ri * K + kk, tl.dot(t_lp, rhs_w.to(out_dt)).to(out_dt))
+        u_s = tl.dot(t_lp, (beta_c[:, None] * rhs_v.to(tl.float32)).to(out_dt))
+        tl.store(u_tilde + crow0 * V + ri * V + vv, u_s.to(out_dt))
+    else:
+        for n0 in tl.static_range(0, K, BVP):
+            nc = n0 + tl.arange(0, BVP)
+            wo = crow0 * K + ri * K + nc[None, :]
+            rhs = tl.load(w + wo)
+            tl.debug_barrier()                       # every thread read its rows before any store
+            tl.store(w + wo, tl.dot(t_lp, rhs.to(out_dt)).to(out_dt))
+        for n0 in tl.static_range(0, V, BVP):
+            nc = n0 + tl.arange(0, BVP)
+            vs = tl.load(vb + ri * (H * V) + nc[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+            u_s = tl.dot(t_lp, (beta_c[:, None] * vs).to(out_dt))
+            tl.store(u_tilde + crow0 * V + ri * V + nc[None, :], u_s.to(out_dt))
 
 
 @triton.jit
 def _kda_inv_wu(v, beta, a_scr, w, u_tilde, T, H, NT,
                 K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BVP: tl.constexpr,
-                INV_DOT: tl.constexpr):
+                INV_DOT: tl.constexpr, EARLY: tl.constexpr, LEFT: tl.constexpr):
     """INV = "split": the inverse and W / U~ in their own launch (fewer registers per program)."""
-    c = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    tok0 = ((b * T + c * C) * H + h).to(tl.int64)
-    crow0 = ((bh * NT + c) * C).to(tl.int64)
+    c, bh, tok0, crow0, grow0 = _chunk_rows(T, H, NT, C, 0)
     rows = tl.arange(0, C)
     valid = c * C + rows < T
     beta_c = tl.load(beta + tok0 + rows * H, mask=valid, other=0.0).to(tl.float32)
     a_mat = tl.load(a_scr + crow0 * C + rows[:, None] * C + rows[None, :])
-    _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT)
+    _inv_wu(a_mat, beta_c, w, v, u_tilde, tok0, crow0, valid, H, K, V, C, BVP, INV_DOT, EARLY, LEFT)
 
 
 @triton.jit
@@ -288,7 +330,8 @@ def prep_args(q, cfg):
     """Constexprs of the preparation that depend on the input dtype (CPU mode: fp16)."""
     lowp_ok = q.dtype == torch.bfloat16           # fp16 cannot hold the e^80 column factors
     ap = tl.bfloat16 if (cfg["AP_DOT"] == "lowp" and lowp_ok) else tl.float32
-    return dict(AP_DT=ap, INV_DOT=cfg["INV_DOT"], DO_P=cfg["P"] == "fused")
+    return dict(AP_DT=ap, INV_DOT=cfg["INV_DOT"], DO_P=cfg["P"] == "fused", EARLY=cfg["WU_LOAD"] == "early",
+                LEFT=cfg["INV_ORDER"] == "left", ROLES=cfg["P"] == "role")
 
 
 def prep_launch(cfg):
@@ -323,7 +366,7 @@ def prep(q, k, v, g, beta, buf, cfg):
     if cfg["P"] == "own":                         # Q^ and P first, in their own launch
         _kda_qp_v4[(NT, B * H)](q, k, g, buf["q_hat"], buf["p_mat"], T, H, NT, K ** -0.5,
                                 K=K, C=C, BC=cfg["BC"], BK=bk, AP_DT=pa["AP_DT"], **prep_launch(cfg))
-    _kda_prep_v4[(NT, B * H)](
+    _kda_prep_v4[(NT * (2 if cfg["P"] == "role" else 1), B * H)](
         q, k, v, g, beta, buf["q_hat"], buf["k_hat"], buf["w"], buf["u_tilde"], buf["p_mat"],
         buf["gamma"], buf["a_scr"] if split else buf["gamma"], T, H, NT, K ** -0.5,
         K=K, V=V, C=C, BC=cfg["BC"], BK=bk, BVP=min(cfg["BVP"], K, V), SPLIT=split,
@@ -339,7 +382,8 @@ def inv_wu(v, beta, buf, cfg):
     NT = triton.cdiv(T, C)
     _kda_inv_wu[(NT, B * H)](
         v, beta, buf["a_scr"], buf["w"], buf["u_tilde"], T, H, NT, K=K, V=V, C=C,
-        BVP=min(cfg["BVP"], K, V), INV_DOT=cfg["INV_DOT"], num_warps=cfg["INV_WARPS"])
+        BVP=min(cfg["BVP"], K, V), INV_DOT=cfg["INV_DOT"], EARLY=cfg["WU_LOAD"] == "early",
+        LEFT=cfg["INV_ORDER"] == "left", num_warps=cfg["INV_WARPS"])
 
 
 def scan(q, v, h0, buf, out, cfg):

@@ -116,12 +116,26 @@ def compile_v2(mod, cfg, scan=True):
     return rows
 
 
-def compile_v3(mod, cfg, scan=True):
-    import torch
-    K, V = SHAPE["K"], SHAPE["V"]
+def _ptr_types():
+    """Argument types of v3's / v4's kernels (bf16 tensors, fp32 gates / states / scratch)."""
     ptr = {n: "*bf16" for n in ("q", "k", "v", "beta", "q_hat", "k_hat", "w", "u_tilde", "p_mat", "o")}
     ptr.update({n: "*fp32" for n in ("g", "gamma", "h0", "h_final", "a_scr")})
     ptr["scale"] = "fp32"
+    return ptr
+
+
+def _scan_row(mod, cfg, name):
+    """v3's scan (v4 keeps it), at BV 32 for BV = auto (the multi-head shapes')."""
+    bv = 32 if cfg["BV"] == "auto" else cfg["BV"]
+    ck = _compile(mod._kda_scan, _ptr_types(), dict(K=SHAPE["K"], V=SHAPE["V"], C=cfg["C"], BV=bv, HAS_H0=False,
+                                                   STAGES=cfg["SCAN_STAGES"]), cfg["SCAN_WARPS"], 1)
+    return _resources(ck, name)
+
+
+def compile_v3(mod, cfg, scan=True):
+    import torch
+    K, V = SHAPE["K"], SHAPE["V"]
+    ptr = _ptr_types()
     split = cfg["INV"] == "split"
     pa = mod.prep_args(torch.empty(0, dtype=torch.bfloat16), cfg)
     ce = dict(K=K, V=V, C=cfg["C"], BC=cfg["BC"], BK=min(cfg["BK"], K), BVP=min(cfg["BVP"], V),
@@ -135,10 +149,7 @@ def compile_v3(mod, cfg, scan=True):
                       cfg["INV_WARPS"], 1)
         rows.append(_resources(ck, "v3._kda_inv_wu"))
     if scan:
-        bv = 32 if cfg["BV"] == "auto" else cfg["BV"]
-        ck = _compile(mod._kda_scan, ptr, dict(K=K, V=V, C=cfg["C"], BV=bv, HAS_H0=False,
-                                               STAGES=cfg["SCAN_STAGES"]), cfg["SCAN_WARPS"], 1)
-        rows.append(_resources(ck, "v3._kda_scan"))
+        rows.append(_scan_row(mod, cfg, "v3._kda_scan"))
     return rows
 
 
@@ -146,9 +157,7 @@ def compile_v4(mod, cfg, scan=True):
     """v4: the A program, the Q^ / P program (P = "own"), the split inverse, the scan (v3's)."""
     import torch
     K, V = SHAPE["K"], SHAPE["V"]
-    ptr = {n: "*bf16" for n in ("q", "k", "v", "beta", "q_hat", "k_hat", "w", "u_tilde", "p_mat", "o")}
-    ptr.update({n: "*fp32" for n in ("g", "gamma", "h0", "h_final", "a_scr")})
-    ptr["scale"] = "fp32"
+    ptr = _ptr_types()
     split = cfg["INV"] == "split"
     pa = mod.prep_args(torch.empty(0, dtype=torch.bfloat16), cfg)
     bk = min(cfg["BK"], K)
@@ -163,13 +172,11 @@ def compile_v4(mod, cfg, scan=True):
     rows.append(_resources(_compile(mod._kda_prep_v4, ptr, ce, warps, 1, **launch), "v4._kda_prep_v4"))
     if split:
         ck = _compile(mod._kda_inv_wu, ptr, dict(K=K, V=V, C=cfg["C"], BVP=min(cfg["BVP"], V),
-                                                 INV_DOT=cfg["INV_DOT"]), cfg["INV_WARPS"], 1)
+                                                 INV_DOT=cfg["INV_DOT"], EARLY=pa["EARLY"], LEFT=pa["LEFT"]),
+                      cfg["INV_WARPS"], 1)
         rows.append(_resources(ck, "v4._kda_inv_wu"))
     if scan:
-        bv = 32 if cfg["BV"] == "auto" else cfg["BV"]
-        ck = _compile(mod._kda_scan, ptr, dict(K=K, V=V, C=cfg["C"], BV=bv, HAS_H0=False,
-                                               STAGES=cfg["SCAN_STAGES"]), cfg["SCAN_WARPS"], 1)
-        rows.append(_resources(ck, "v4._kda_scan"))
+        rows.append(_scan_row(mod, cfg, "v4._kda_scan"))
     return rows
 
 
