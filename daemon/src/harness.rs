@@ -22,6 +22,9 @@ use tokio_util::codec::{FramedRead, LinesCodec};
 const WORKER_MAX_LINE: usize = 4 * 1024 * 1024;
 /// Lines of the worker's stderr kept for the message of a crash.
 const STDERR_TAIL: usize = 40;
+/// Longest stderr line kept (red team, session 4): a candidate may print without newlines, and
+/// an unbounded line would grow the daemon's memory until it is killed.
+const STDERR_MAX_LINE: usize = 64 * 1024;
 
 /// How to start a worker for one slot.
 #[derive(Debug, Clone)]
@@ -144,17 +147,7 @@ impl Worker {
         // Keep the tail of stderr for crash messages, and pass it on to our log.
         let stderr_tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
         let tail = stderr_tail.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::debug!(target: "worker", pid, "{line}");
-                let mut t = tail.lock().unwrap();
-                if t.len() == STDERR_TAIL {
-                    t.pop_front();
-                }
-                t.push_back(line);
-            }
-        });
+        tokio::spawn(read_stderr(stderr, tail, pid));
 
         let mut worker = Worker {
             child,
@@ -375,5 +368,63 @@ fn truncate(s: &str, n: usize) -> String {
             end -= 1;
         }
         format!("{}…", &s[..end])
+    }
+}
+
+/// The worker's stderr, line by line, into the debug log and the crash-message tail. Lines are
+/// capped (STDERR_MAX_LINE: the rest of a longer line is dropped): a candidate may print without
+/// newlines, and an unbounded line would grow the daemon's memory until it is killed.
+async fn read_stderr(
+    stderr: impl tokio::io::AsyncRead + Unpin,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    pid: i32,
+) {
+    let mut r = BufReader::new(stderr);
+    let mut line: Vec<u8> = Vec::new();
+    loop {
+        let (used, ended) = match r.fill_buf().await {
+            Ok(buf) if !buf.is_empty() => {
+                let end = buf.iter().position(|&b| b == b'\n');
+                let chunk = &buf[..end.unwrap_or(buf.len())];
+                let room = STDERR_MAX_LINE.saturating_sub(line.len());
+                line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                (end.map_or(buf.len(), |i| i + 1), end.is_some())
+            }
+            _ => break,
+        };
+        r.consume(used);
+        if ended {
+            let text = String::from_utf8_lossy(&line).into_owned();
+            line.clear();
+            tracing::debug!(target: "worker", pid, "{text}");
+            let mut t = tail.lock().unwrap();
+            if t.len() == STDERR_TAIL {
+                t.pop_front();
+            }
+            t.push_back(text);
+        }
+    }
+}
+
+#[cfg(test)]
+mod stderr_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_endless_stderr_line_is_dropped_and_reading_goes_on() {
+        let (mut w, r) = tokio::io::duplex(1 << 16);
+        let tail = Arc::new(Mutex::new(VecDeque::new()));
+        let reader = tokio::spawn(read_stderr(r, tail.clone(), 1));
+        let chunk = vec![b'x'; 1 << 16];
+        for _ in 0..64 {
+            w.write_all(&chunk).await.unwrap(); // 4 MiB without a newline
+        }
+        w.write_all(b"\nafter the flood\n").await.unwrap();
+        drop(w);
+        reader.await.unwrap();
+        let t = tail.lock().unwrap();
+        assert_eq!(t.len(), 2, "the capped flood line, then the next one");
+        assert!(t[0].len() == STDERR_MAX_LINE && t[0].bytes().all(|b| b == b'x'));
+        assert_eq!(t[1], "after the flood");
     }
 }

@@ -16,6 +16,12 @@ Per shape:
   A runner that reports a per-call time R with  factor * R < wall/n - F - allowance  is lying
   (or let more than the allowance leak); one whose wall is under half the loop's fixed cost
   skipped the loop. HARNESS.md section 6 gives the bound.
+- The work-shift check (`timer`): the figure is the per-call median, but every call of a batch
+  can reach every slot of the shared arena (a view or a Triton pointer is enough), so one call
+  could do the batch's work and the others nothing: the median would then time almost nothing
+  while the batch mean stays honest. The calls of one batch do the same work on the same
+  shape, so the median over batches of (batch mean / batch median) of the runner's reported
+  times must stay under `timer_skew_max` (lower median; HARNESS.md section 6).
 """
 from __future__ import annotations
 
@@ -112,6 +118,10 @@ def time_shape(sess, task, slots, shape_name, shape, base, cand_vars: list, base
     # than F/2 per call), and re-timing in a fresh runner before a new best does the rest.
     allow_frac = float(tcfg.get("timer_allow_frac", 0.5 if gpu else 0.25))
     trace = bool(tcfg.get("trace", False))
+    # honest batches read 1.0-1.1 (a preempted call lifts one batch, not the median over
+    # batches); CPU mode has 3 interpreted calls per batch on a shared CPU, hence the margin
+    skew_max = float(tcfg.get("timer_skew_max", 1.25 if gpu else 1.6))
+    skews: list[float] = []
     sync = timing._sync if gpu else (lambda: None)
     recipes = [None] * n
     sums = [None] * n
@@ -246,6 +256,7 @@ def time_shape(sess, task, slots, shape_name, shape, base, cand_vars: list, base
                     if gpu:
                         good_d.append(rep.device_us[i])
                 per_batch.append((wall, sum(rep.stream_us) / n))
+                skews.append(_skew(rep.stream_us))
                 if gpu and len(good_s) < n:
                     hold_c = min(HOLD_CAP_US, 1.5 * max(rep.host_us) + 20.0)
             else:
@@ -296,6 +307,7 @@ def time_shape(sess, task, slots, shape_name, shape, base, cand_vars: list, base
     if checked[0] < 3:
         check_batch(pair, extra=3 - checked[0])
     timer = _timer_check(per_batch, fixed, ping_s, n, factor, allow_us, allow_frac, shape_name)
+    timer["skew"] = _skew_check(skews, skew_max, shape_name)
     keep.clear()
     return {"candidate": _stats(cs, cd, null_us), "baseline": _stats(bs, bd, null_us) if base is not None else None,
             "timer": timer, "checked": checked[0], "leaked_samples": leaked, "discarded": discarded,
@@ -332,6 +344,29 @@ def _stats(stream, device, null_us):
     res.update({"stream_median_us": st["median_us"], "device_median_us": dv["median_us"],
                 "outlasted_stream": outlasted})
     return res
+
+
+def _skew(stream_us: list) -> float:
+    """A batch's mean over its median per-call time (every reported call, leaked ones too: a
+    call that does the others' work may well outlast the hold)."""
+    med = statistics.median(stream_us)
+    mean = sum(stream_us) / len(stream_us)
+    return mean / med if med > 0 else (math.inf if mean > 0 else 1.0)
+
+
+def _skew_check(skews: list, skew_max: float, shape_name) -> float:
+    """Raises CheckFailure when the calls of the candidate's batches are not alike (module
+    docstring: work done in some calls for the others); returns the median skew."""
+    # the lower median: with two batches (CPU mode) one disturbed batch cannot reject an honest
+    # candidate, and a candidate that shifts work in fewer than half its batches gains nothing
+    # (most of its calls still do their own work, so the per-call median is honest)
+    sk = statistics.median_low(skews) if skews else 1.0
+    if sk > skew_max:
+        raise CheckFailure("rejected", f"rejected [timer] shape {shape_name}: the calls of a timed batch are not "
+                           f"alike (the batch mean is {sk:.2f}x the median call, limit {skew_max:g}x; every call "
+                           f"does the same work on the same shape): some calls do the work of others, and the "
+                           f"per-call median would hide it. Do each call's work in that call", "timer")
+    return round(sk, 3) if math.isfinite(sk) else None
 
 
 def _timer_check(per_batch, fixed, ping_s, n, factor, allow_us, allow_frac, shape_name) -> dict:

@@ -46,6 +46,12 @@ def main() -> int:
     if not cpu:
         torch.cuda.init()
         torch.empty(1, device="cuda")
+        # A candidate may not take the GPU's memory from the judge: the reference, the baselines
+        # and their autotuning (whose picks last for the judge's life) run there while this runner
+        # lives. The arena is the judge's own allocation and does not count. Not yet run on the H200.
+        frac = float(os.environ.get("KERNELD_RUNNER_GPU_MEM_FRACTION") or 0.5)
+        if 0.0 < frac < 1.0:
+            torch.cuda.set_per_process_memory_fraction(frac)
     sandbox = os.environ.get("KERNELD_SANDBOX_INFO") or None
     send({"event": "ready", "pid": os.getpid(), "mode": "cpu" if cpu else "gpu", "torch": torch.__version__,
           "triton": triton.__version__, "python": platform.python_version(), "sandbox": sandbox})

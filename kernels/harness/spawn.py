@@ -22,9 +22,11 @@ import time
 
 from . import proc
 from . import runner_protocol as rp
+from . import strays
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUNNER_PY = os.path.join(HERE, "runner.py")
+_LIVE: dict = {}   # pid -> Runner, while it lives (strays.kill_strays spares them)
 READY_TIMEOUT_S = float(os.environ.get("KERNELD_RUNNER_READY_TIMEOUT_S", "180"))
 
 
@@ -57,7 +59,7 @@ def runner_env(scratch: str) -> dict:
            "TRITON_CACHE_DIR": os.path.join(scratch, "triton"),
            "TORCHINDUCTOR_CACHE_DIR": os.path.join(scratch, "inductor"),
            "CUDA_CACHE_PATH": os.path.join(scratch, "cuda"), "KERNELD_RUNNER_SCRATCH": scratch}
-    for k in ("CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET"):
+    for k in ("CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "KERNELD_RUNNER_GPU_MEM_FRACTION"):
         if k in os.environ:
             env[k] = os.environ[k]
     if os.environ.get("KERNELD_RUNNER_LAUNCHER"):
@@ -94,6 +96,7 @@ class Runner:
         self._id = 0
         self.dead = False
         proc.EXIT_HOOKS.append(self._killpg)
+        _LIVE[self.p.pid] = self
 
     # -- lines -------------------------------------------------------------------------------------
     def _readline(self, timeout_s: float) -> bytes:
@@ -172,6 +175,8 @@ class Runner:
             self.p.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        _LIVE.pop(self.p.pid, None)
+        strays.kill_strays(set(_LIVE))  # what escaped the group (setsid) dies with the runner
         for f in (self.p.stdin, self.p.stdout):
             try:
                 f.close()

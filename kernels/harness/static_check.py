@@ -64,6 +64,8 @@ TIMER_ATTRS = {"Event", "elapsed_time", "perf_counter", "perf_counter_ns", "mono
 IO_TORCH_ATTRS = {"save", "load", "hub", "from_file", "fromfile", "tofile", "savez", "loadtxt", "savetxt",
                   "memmap", "DataLoader"}
 TRITON_ROOTS = ("triton.language", "tl")
+# methods that write files whatever object they hang off (ndarray.tofile / ndarray.dump: a pickle)
+METHOD_IO = {"tofile", "dump"}
 
 # -- the allow-list of attribute paths (defence in depth: the OS sandbox is the boundary) ---------
 # A path rooted at an imported module must be listed here ("*": any public name of that module
@@ -207,6 +209,10 @@ class _Checker(ast.NodeVisitor):
             # Triton's own language (tl.dot, tl.softmax, ...) is what candidates are for
             if any(p.startswith("_") and p not in ALLOWED_DUNDERS for p in parts[2:]):
                 self.add("introspection", node, f"private Triton API {dotted}")
+                return
+            # ... but its modules import the interpreter's (tl.core.builtins, tl.core.inspect,
+            # tl.extra.pkgutil, tl.core.knobs): the path is resolved like any other
+            self._allow_listed(node, dotted)
             return
         if dotted.startswith("triton.testing"):
             self.add("timer", node, f"uses {dotted} (benchmarking/timers)")
@@ -284,10 +290,18 @@ class _Checker(ast.NodeVisitor):
                 if obj.__name__ not in ALLOWED_SUBMODULES and not obj.__name__.startswith(ALLOWED_MODULE_PREFIXES):
                     top = obj.__name__.split(".")[0]
                     rule = reach or REACH_ATTRS.get(top) or ("torch-heavy-math" if top == "torch"
-                                                                           else "allow-list")
+                                                             else _module_rule(top))
                     self.add(rule, node, f"{dotted} reaches the module {obj.__name__} (not on the allow-list)")
                     return
                 mod_path = obj.__name__
+            elif mod_path.startswith(ALLOWED_MODULE_PREFIXES) and _foreign(obj):
+                # a wildcard module's public name that is another library's function or class
+                # (tl.extra.module_from_spec is importlib's; tl.core.contextmanager contextlib's)
+                home = _foreign(obj)
+                self.add(reach or _module_rule(home.split(".")[0].lstrip("_").replace("frozen_importlib", "importlib")),
+                         node, f"{dotted} is {home}'s {p!r}, re-exported by {mod_path} (not on the allow-list of "
+                         f"attribute paths: only Triton's own language is)")
+                return
             elif mod_path in ("torch", "numpy") and isinstance(obj, type):
                 mod_path = f"{mod_path}.{p}" if f"{mod_path}.{p}" in ALLOWED_PATHS else mod_path
                 if mod_path not in ALLOWED_PATHS:
@@ -295,9 +309,36 @@ class _Checker(ast.NodeVisitor):
             else:
                 return  # a function, a dtype, a class: what the candidate does with it is runtime's business
 
+    def _module_escapes(self, node, dotted: str | None):
+        """A module bound to a name, passed, returned or stored (`q = tl.core`): later paths
+        through it (`q.inspect.stack()`) are not dotted paths the rules resolve, so a module may
+        only be used where an attribute is read from it at once (`tl.core.xyz`)."""
+        if dotted is None or getattr(node, "_kd_base", False) or isinstance(getattr(node, "ctx", None), ast.Store):
+            return
+        parts = dotted.split(".")
+        if parts[0] not in ("torch", "triton", "numpy", "math", "functools", "typing", "dataclasses"):
+            return
+        import importlib
+        import types
+        try:
+            obj = importlib.import_module(parts[0])
+            for p in parts[1:]:
+                obj = getattr(obj, p)
+        except (ImportError, AttributeError):
+            return
+        allowed = obj.__name__ in ALLOWED_SUBMODULES or obj.__name__.startswith(ALLOWED_MODULE_PREFIXES) \
+            if isinstance(obj, types.ModuleType) else False
+        if allowed:  # (a module off the allow-list is refused by the path rules already)
+            self.add("introspection", node, f"{dotted} is used as a value (the module is bound to a name, passed "
+                     f"or stored): use modules only through dotted paths such as tl.math.exp, or import the "
+                     f"submodule (`from triton.language.extra import libdevice`)")
+
     def visit_Attribute(self, node):
         a = node.attr
         dotted = self._dotted(node)
+        self._module_escapes(node, dotted)
+        if a in METHOD_IO:
+            self.add("io", node, f"method .{a}() (writes a file: numpy's ndarray.tofile/dump)")
         if a in REACH_ATTRS:
             self.add(REACH_ATTRS[a], node, f"attribute .{a} (reaches the OS or the interpreter: files, processes, "
                      f"sockets, native code or attribute reads through format strings)")
@@ -325,6 +366,10 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Name(self, node):
         n = node.id
+        if n in self.alias and self.alias[n] != n:
+            self._module_escapes(node, self.alias[n])
+        elif n in self.alias:
+            self._module_escapes(node, n)
         if n in DYNAMIC_CODE_BUILTINS:
             self.add("banned-import", node, f"{n}() (dynamic code / imports)")
         elif n in IO_BUILTINS:
@@ -434,6 +479,27 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+def _module_rule(top: str) -> str:
+    """The rule of a module a path reached (what it gives access to)."""
+    if top in ("importlib", "pkgutil", "runpy", "zipimport") or top in THIRD_PARTY_KERNEL_LIBS:
+        return "banned-import"
+    for mods, rule in ((IO_MODULES, "io"), (CONCURRENCY_MODULES, "concurrency"),
+                       (INTROSPECTION_MODULES | {"linecache", "contextlib", "enum", "warnings", "abc"}, "introspection"),
+                       (TIMER_MODULES, "timer")):
+        if top in mods:
+            return rule
+    return "allow-list"
+
+
+def _foreign(obj) -> str | None:
+    """The module that defined obj when it is not Triton or an allowed import, else None."""
+    home = getattr(obj, "__module__", None)
+    if not isinstance(home, str) or not (callable(obj) or isinstance(obj, type)):
+        return None
+    top = home.split(".")[0]
+    return None if top in ALLOWED_IMPORTS or top == "triton" else home
+
+
 def check_source(src: str, banned_calls=(), extra_allowed_imports=None) -> list[Violation]:
     """All violations in `src`, sorted by line. Empty list: the candidate may be imported."""
     if extra_allowed_imports is None:
@@ -443,6 +509,9 @@ def check_source(src: str, banned_calls=(), extra_allowed_imports=None) -> list[
     except SyntaxError as e:
         return [Violation("syntax", e.lineno or 0, f"syntax error: {e.msg}")]
     c = _Checker(banned_calls, extra_allowed_imports)
+    for n in ast.walk(tree):  # what an attribute is read from (see _module_escapes)
+        if isinstance(n, ast.Attribute):
+            n.value._kd_base = True
     c.visit(tree)
     seen, out = set(), []
     # on one line, name the most specific rule first

@@ -92,6 +92,8 @@ def main() -> int:
     from harness.correctness import Abandon, FatalCudaError
 
     signal.signal(signal.SIGINT, _on_sigint)
+    from harness import strays
+    strays.become_subreaper()  # what a candidate forks out of its runner's group dies with it
     cpu = dev.cpu_mode()
     if not cpu:
         torch.cuda.init()

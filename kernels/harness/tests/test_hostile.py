@@ -99,6 +99,16 @@ def world(tmp_path, monkeypatch):
     w.close()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def judge_is_subreaper():
+    """As worker.py is: a candidate's escaped descendants re-parent to the judge, which kills
+    them with their runner (fork_setsid_survivor.py)."""
+    from harness import strays
+    strays.become_subreaper()
+    yield
+    strays.become_subreaper(False)
+
+
 @pytest.fixture(scope="module")
 def fresh_honest():
     """The honest seed in a judge nothing hostile touched."""
@@ -143,3 +153,5 @@ def test_hostile(name, world, monkeypatch, fresh_honest):
         assert honest["class"] == fresh_honest["class"] == "ok", honest["message"]
         assert all(c["passed"] for c in honest["checks"])
         assert honest["config"] == fresh_honest["config"]
+        # effects that come late (a descendant that outlived its runner, fork_setsid_survivor.py)
+        world.global_checks(honest, name + " (after the honest seed)")

@@ -99,3 +99,38 @@ def test_allow_list_rejects(src, rule):
 ])
 def test_allow_list_accepts(src):
     assert rules(src) == []
+
+
+# Red team, session 4 (NOTES.md): Triton's language modules re-export the interpreter's
+# (tl.core.builtins / inspect / typing, tl.extra.pkgutil / module_from_spec, tl.core.knobs / ir),
+# modules bound to names escape path resolution, and ndarray methods write files.
+_TL = "import triton\nimport triton.language as tl\nimport numpy as np\n"
+
+
+@pytest.mark.parametrize("src,rule", [
+    (_TL + "x = tl.core.builtins.open('/etc/passwd')", "introspection"),
+    (_TL + "x = tl.core.inspect.stack()", "introspection"),
+    (_TL + "from triton.language.core import inspect as q", "introspection"),
+    (_TL + "from triton.language import core\nx = core.inspect.linecache", "introspection"),
+    (_TL + "f = tl.extra.pkgutil.resolve_name('subprocess.run')", "banned-import"),
+    (_TL + "f = tl.extra.module_from_spec", "banned-import"),
+    (_TL + "f = tl.core.contextmanager", "introspection"),
+    (_TL + "d = tl.core.knobs.cache.dir", "allow-list"),
+    (_TL + "c = tl.core.ir.context()", "allow-list"),
+    (_TL + "core = tl.core\nx = core.inspect.stack()", "introspection"),
+    (_TL + "def f(m):\n    return m\ng = f(tl.core)", "introspection"),
+    (_TL + "mods = [np]", "introspection"),
+    (_TL + "def f(a):\n    a.numpy().tofile('/tmp/x')", "io"),
+    (_TL + "def f(a):\n    b = np.zeros(3)\n    b.dump('/tmp/x')", "io"),
+])
+def test_reexports_and_escaping_modules_are_refused(src, rule):
+    found = rules(src)
+    assert found and found[0][0] == rule, found
+
+
+def test_triton_language_paths_honest_code_uses_still_pass():
+    src = (_TL + "from triton.language.extra import libdevice\n@triton.jit\ndef k(x, BLOCK: tl.constexpr):\n"
+           "    o = tl.arange(0, BLOCK)\n    v = tl.load(x + o).to(tl.float32)\n    v = tl.math.exp2(v) + libdevice.exp(v)\n"
+           "    v = tl.extra.cuda.libdevice.exp(v) + tl.core.math.sqrt(2.0)\n    tl.store(x + o, v)\n"
+           "y = tl.float16.primitive_bitwidth\n")
+    assert rules(src) == []

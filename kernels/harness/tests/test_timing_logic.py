@@ -93,3 +93,23 @@ def test_throttled_and_low_clock_samples_discarded(gpu):
     c = r["sides"]["candidate"]
     assert c["discarded_samples"] > 0
     assert "sw_thermal_slowdown" in r["throttle_reasons"]
+
+
+def test_work_shift_check_bounds_the_median_by_the_batch_mean():
+    """judge_timing's work-shift check (NOTES.md, red team session 4): alike calls pass, one
+    disturbed batch of two passes (lower median), a batch whose first call does every call's
+    work is refused, and the loop runs with the garbage collector off."""
+    import gc
+
+    from harness.correctness import CheckFailure
+    from harness.judge_timing import _skew, _skew_check
+    honest = [_skew([40.0, 44.0, 38.0]), _skew([37.0, 37.0, 405.0])]
+    assert _skew_check(honest, 1.6, "s") < 1.2
+    shifted = [_skew([120.0, 1.5, 1.4]), _skew([118.0, 1.6, 1.3])]
+    with pytest.raises(CheckFailure) as e:
+        _skew_check(shifted, 1.6, "s")
+    assert e.value.rule == "timer" and "not alike" in e.value.message
+    assert _skew([0.0, 0.0, 0.0]) == 1.0
+    seen = []
+    timing.run_batch(lambda i: seen.append(gc.isenabled()), 3, 0.0, gpu=False)
+    assert seen == [False] * 3 and gc.isenabled()
