@@ -100,8 +100,11 @@ MinJobAge=30
 KillWait=5
 OverTimeLimit=0
 InactiveLimit=0
-MessageTimeout=10
-SlurmdTimeout=60
+# A loaded 2-core CI machine can keep slurmd from answering for a while: a short
+# SlurmdTimeout marked the node DOWN and left every test's job PENDING. The node-failure
+# test marks the node DOWN itself (scontrol), so nothing here relies on the heartbeat.
+MessageTimeout=30
+SlurmdTimeout=600
 ReturnToService=2
 MpiDefault=none
 NodeName=$HOST CPUs=$CPUS Sockets=$SOCKETS CoresPerSocket=$CORES ThreadsPerCore=$THREADS Gres=gpu:$CPUS State=UNKNOWN

@@ -55,6 +55,19 @@ pub fn cluster() -> Option<MutexGuard<'static, ()>> {
 /// restores its state) left behind would hold the node's CPUs, and the next test's job
 /// would wait PENDING until its own time-out: cancel them all, and say so.
 fn clean_slate() {
+    // A node an earlier test's load made miss slurmd's heartbeats is DOWN (or DRAIN) and
+    // every job waits PENDING until it is resumed, which Slurm does only on its own schedule.
+    for (node, state) in node_states() {
+        if ["down", "drain", "fail", "not_responding"]
+            .iter()
+            .any(|s| state.contains(s))
+        {
+            eprintln!("slurm test cluster: node {node} is {state}: resuming it");
+            let _ = Command::new("scontrol")
+                .args(["update", &format!("NodeName={node}"), "State=RESUME"])
+                .output();
+        }
+    }
     let left = squeue_partition();
     if left.is_empty() {
         return;
@@ -75,7 +88,22 @@ fn clean_slate() {
 /// The test partition (scripts/slurm-test-cluster.sh); only tests submit to it.
 const PARTITION: &str = "kerneld";
 
-/// `JOBID NAME STATE` of every job in the test partition, one string each.
+/// Each node of the test partition and its state in lower case (`idle`, `down*`, ...).
+pub fn node_states() -> Vec<(String, String)> {
+    Command::new("sinfo")
+        .args(["-h", "-N", "-p", PARTITION, "-o", "%N %T"])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter_map(|l| l.split_once(' '))
+                .map(|(n, s)| (n.to_string(), s.to_lowercase()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `JOBID NAME STATE REASON` of every job in the test partition, one string each.
 pub fn squeue_partition() -> Vec<String> {
     Command::new("squeue")
         .args(["-h", "-p", PARTITION, "-o", "%i %j %T %r"])
@@ -241,8 +269,9 @@ pub fn wait_event(d: &Daemon, limit: Duration, what: &str, f: impl Fn(&Event) ->
         if t0.elapsed() >= limit {
             let kinds: Vec<&str> = d.events(0).iter().map(|e| e.kind.type_name()).collect();
             panic!(
-                "no {what} within {limit:?}; events: {kinds:?}; squeue: {:?}; log:\n{}",
+                "no {what} within {limit:?}; events: {kinds:?}; squeue: {:?}; nodes: {:?}; log:\n{}",
                 squeue_partition(),
+                node_states(),
                 d.log_text()
             );
         }

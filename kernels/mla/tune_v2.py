@@ -96,10 +96,38 @@ CONFIGS_V3B = [
     ("g_pf2_m32k", "v3", {"LAT_CORE": "gluon", "PF_DIST": 2, "MERGE_TILE": 32768}),
     ("g_pf2_latlaunch", "v3", {"LAT_CORE": "gluon", "PF_DIST": 2, "LAT_COMBINE": "launch"}),
 ]
+# s4 (written in session 4, not yet run): v3b's rows that never ran (PF_DIST, launch merge for b64, cached relaunch)
+# and the tl core's B=1 options (TILE_FIRST: the one tile before q; TL_PF_TILES: L2 prefetch before q; SPIN_BARRIER
+# "epoch": no departure counter).
+# "_launch" rows against their spin twins separate the merge's cost; host us and graph us separate launch cost.
+CONFIGS_S4 = [
+    ("v3_best", "v3", {}),
+    ("pf1", "v3", {"PF_DIST": 1}),
+    ("pf2", "v3", {"PF_DIST": 2}),
+    ("pf3", "v3", {"PF_DIST": 3}),
+    ("launch", "v3", {"COMBINE": "launch", "LAT_COMBINE": "spin"}),
+    ("launch_pf2", "v3", {"COMBINE": "launch", "LAT_COMBINE": "spin", "PF_DIST": 2}),
+    ("tf", "v3", {"TILE_FIRST": "on"}),
+    ("tf_latlaunch", "v3", {"TILE_FIRST": "on", "LAT_COMBINE": "launch"}),
+    ("tf_m32k", "v3", {"TILE_FIRST": "on", "MERGE_TILE": 32768}),
+    ("tlpf4", "v3", {"TL_PF_TILES": 4}),
+    ("tf_tlpf4", "v3", {"TILE_FIRST": "on", "TL_PF_TILES": 4}),
+    ("tf_epoch", "v3", {"TILE_FIRST": "on", "SPIN_BARRIER": "epoch"}),
+    ("tf_tlpf4_epoch", "v3", {"TILE_FIRST": "on", "TL_PF_TILES": 4, "SPIN_BARRIER": "epoch"}),
+    ("tf_tlpf4_pf2", "v3", {"TILE_FIRST": "on", "TL_PF_TILES": 4, "PF_DIST": 2}),
+    # every B=1 option at once (with TILE_FIRST's smaller register budget, MERGE_TILE=32768 compiles without spills)
+    ("b1_all", "v3", {"TILE_FIRST": "on", "TL_PF_TILES": 4, "SPIN_BARRIER": "epoch", "MERGE_TILE": 32768}),
+    ("b1_all_pf2", "v3", {"TILE_FIRST": "on", "TL_PF_TILES": 4, "SPIN_BARRIER": "epoch", "MERGE_TILE": 32768,
+                          "PF_DIST": 2}),
+    ("tf_tlpf4_pf2_cached", "v3", {"TILE_FIRST": "on", "TL_PF_TILES": 4, "PF_DIST": 2, "LAUNCH": "cached"}),
+    ("cached", "v3", {"LAUNCH": "cached"}),
+    ("g_lat_pf2_cached", "v3", {"LAT_CORE": "gluon", "LAT_COMBINE": "launch", "PF_DIST": 2, "LAUNCH": "cached"}),
+]
 # call 1 ran with BEST == DEFAULT of then (LAT_CORE "same", o stored in the wgmma layout): keep the set as it ran
 CONFIGS_V3 = [(lab, seed, dict({"LAT_CORE": "same", "O_STORE": "mma"} if seed == "v3" else {}, **over))
               for lab, seed, over in CONFIGS_V3]
-CONFIG_SETS = {"v2": (CONFIGS, "v1_best"), "v3": (CONFIGS_V3, "v2_best"), "v3b": (CONFIGS_V3B, "v2_best")}
+CONFIG_SETS = {"v2": (CONFIGS, "v1_best"), "v3": (CONFIGS_V3, "v2_best"), "v3b": (CONFIGS_V3B, "v2_best"),
+               "s4": (CONFIGS_S4, "v3_best")}
 
 
 def full_config(mods, seed, over):

@@ -1,6 +1,6 @@
 """Compile the KDA seeds' kernels for sm_90 (H200) without a GPU; print their resources as JSON.
 
-    python3 compile_sm90.py [SEED.py ...] [--cfg '{"BK": 16}'] [--all]   (TRITON_INTERPRET unset)
+    python3 compile_sm90.py [SEED.py ...] [--cfg '{"BK": 16}'] [--all] [--no-scan]   (TRITON_INTERPRET unset)
 
 With no seed, compiles seeds/chunked.py (BEST) and seeds/chunked_v2.py (BEST). --cfg overrides
 the config of every seed; --all adds v2's preparation at each value of its prep-side SPACE keys
@@ -116,12 +116,27 @@ def compile_v2(mod, cfg, scan=True):
     return rows
 
 
+def _ptr_types():
+    """Argument types of v3's / v4's kernels (bf16 tensors, fp32 gates / states / scratch)."""
+    ptr = {n: "*bf16" for n in ("q", "k", "v", "beta", "q_hat", "k_hat", "w", "u_tilde", "p_mat", "o")}
+    ptr.update({n: "*fp32" for n in ("g", "gamma", "h0", "h_final", "a_scr")})
+    ptr.update({n: "*bf16" for n in ("m_mat", "o_til")})
+    ptr["scale"] = "fp32"
+    return ptr
+
+
+def _scan_row(mod, cfg, name):
+    """v3's scan (v4 keeps it), at BV 32 for BV = auto (the multi-head shapes')."""
+    bv = 32 if cfg["BV"] == "auto" else cfg["BV"]
+    ck = _compile(mod._kda_scan, _ptr_types(), dict(K=SHAPE["K"], V=SHAPE["V"], C=cfg["C"], BV=bv, HAS_H0=False,
+                                                   STAGES=cfg["SCAN_STAGES"]), cfg["SCAN_WARPS"], 1)
+    return _resources(ck, name)
+
+
 def compile_v3(mod, cfg, scan=True):
     import torch
     K, V = SHAPE["K"], SHAPE["V"]
-    ptr = {n: "*bf16" for n in ("q", "k", "v", "beta", "q_hat", "k_hat", "w", "u_tilde", "p_mat", "o")}
-    ptr.update({n: "*fp32" for n in ("g", "gamma", "h0", "h_final", "a_scr")})
-    ptr["scale"] = "fp32"
+    ptr = _ptr_types()
     split = cfg["INV"] == "split"
     pa = mod.prep_args(torch.empty(0, dtype=torch.bfloat16), cfg)
     ce = dict(K=K, V=V, C=cfg["C"], BC=cfg["BC"], BK=min(cfg["BK"], K), BVP=min(cfg["BVP"], V),
@@ -135,10 +150,42 @@ def compile_v3(mod, cfg, scan=True):
                       cfg["INV_WARPS"], 1)
         rows.append(_resources(ck, "v3._kda_inv_wu"))
     if scan:
-        bv = 32 if cfg["BV"] == "auto" else cfg["BV"]
-        ck = _compile(mod._kda_scan, ptr, dict(K=K, V=V, C=cfg["C"], BV=bv, HAS_H0=False,
-                                               STAGES=cfg["SCAN_STAGES"]), cfg["SCAN_WARPS"], 1)
-        rows.append(_resources(ck, "v3._kda_scan"))
+        rows.append(_scan_row(mod, cfg, "v3._kda_scan"))
+    return rows
+
+
+def compile_v4(mod, cfg, scan=True):
+    """v4: the A program, the Q^ / P program (P = "own"), the split inverse, the scan (v3's)."""
+    import torch
+    K, V = SHAPE["K"], SHAPE["V"]
+    ptr = _ptr_types()
+    split = cfg["INV"] == "split"
+    pa = mod.prep_args(torch.empty(0, dtype=torch.bfloat16), cfg)
+    bk = min(cfg["BK"], K)
+    launch = mod.prep_launch(cfg)
+    warps = launch.pop("num_warps")
+    rows = []
+    if cfg["P"] == "own":
+        ck = _compile(mod._kda_qp_v4, ptr, dict(K=K, C=cfg["C"], BC=cfg["BC"], BK=bk, AP_DT=pa["AP_DT"]),
+                      warps, 1, **launch)
+        rows.append(_resources(ck, "v4._kda_qp_v4"))
+    ce = dict(K=K, V=V, C=cfg["C"], BC=cfg["BC"], BK=bk, BVP=min(cfg["BVP"], V), SPLIT=split, **pa)
+    rows.append(_resources(_compile(mod._kda_prep_v4, ptr, ce, warps, 1, **launch), "v4._kda_prep_v4"))
+    if split:
+        ck = _compile(mod._kda_inv_wu, ptr, dict(K=K, V=V, C=cfg["C"], BVP=min(cfg["BVP"], V),
+                                                 INV_DOT=cfg["INV_DOT"], EARLY=pa["EARLY"], LEFT=pa["LEFT"]),
+                      cfg["INV_WARPS"], 1)
+        rows.append(_resources(ck, "v4._kda_inv_wu"))
+    if cfg["SCAN"] == "transition":
+        ck = _compile(mod._kda_trans_v4, ptr, dict(K=K, V=V, C=cfg["C"], BN=64), 4, 1)
+        rows.append(_resources(ck, "v4._kda_trans_v4"))
+        if scan:
+            bv = 32 if cfg["BV"] == "auto" else cfg["BV"]
+            ck = _compile(mod._kda_scan_tr, ptr, dict(K=K, V=V, C=cfg["C"], BV=bv, HAS_H0=False,
+                                                      STAGES=cfg["SCAN_STAGES"]), cfg["SCAN_WARPS"], 1)
+            rows.append(_resources(ck, "v4._kda_scan_tr"))
+    elif scan:
+        rows.append(_scan_row(mod, cfg, "v4._kda_scan"))
     return rows
 
 
@@ -158,7 +205,8 @@ def main():
         over = json.loads(args[i + 1])
         del args[i:i + 2]
     sweep = "--all" in args
-    args = [a for a in args if a != "--all"]
+    with_scan = "--no-scan" not in args            # v4 keeps v3's scan: its tests skip it
+    args = [a for a in args if a not in ("--all", "--no-scan")]
     seeds = [Path(a) for a in args] or [HERE / "seeds" / "chunked.py", HERE / "seeds" / "chunked_v2.py"]
     out = []
     for path in seeds:
@@ -166,7 +214,9 @@ def main():
         cfg = dict(mod.BEST)
         cfg.update({k: v for k, v in over.items() if k in cfg})
         v2 = hasattr(mod, "_kda_prep_v2")
-        if hasattr(mod, "_kda_prep_v3"):
+        if hasattr(mod, "_kda_prep_v4"):
+            rows = compile_v4(mod, cfg, scan=with_scan)
+        elif hasattr(mod, "_kda_prep_v3"):
             rows = compile_v3(mod, cfg)
             for key in (("BK", "PREP_WARPS", "MAXNREG", "PREP_STAGES", "BVP", "AP_DOT", "INV", "INV_DOT", "INV_ALGO")
                         if sweep else ()):

@@ -60,3 +60,20 @@ def static_violations(path: Path, banned_calls):
     except ImportError:
         return None
     return [str(x) for x in check_source(path.read_text(), banned_calls=banned_calls)]
+
+
+def compile_sm90_rows(seed_path: Path, *args):
+    """Runs tests/compile_sm90.py on a seed in a subprocess (Triton cannot mix interpreted and
+    compiled kernels in one process): its rows by kernel name, or None (with the reason) when
+    Triton's NVIDIA backend is unavailable."""
+    import json
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, str(Path(__file__).with_name("compile_sm90.py")), str(seed_path), *args],
+                         capture_output=True, text=True, env=env, timeout=600)
+    if res.returncode == 3:
+        return None, res.stdout.strip()
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    return {r["kernel"]: r for r in json.loads(res.stdout.strip().splitlines()[-1])}, ""

@@ -10,7 +10,6 @@ spills and wgmma. In CPU mode "lowp" A / P operands are fp32 (no bf16 in the int
 """
 import json
 import os
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -25,7 +24,8 @@ sys.path.insert(0, str(HERE))
 import task  # noqa: E402
 
 SEED = HERE / "seeds" / "chunked_v3.py"
-from kdacheck import assert_matches, assert_space_declared, load_seed, run, static_violations  # noqa: E402
+from kdacheck import (assert_matches, assert_space_declared, compile_sm90_rows, load_seed, run,  # noqa: E402
+                      static_violations)
 
 seed = load_seed(SEED.name)
 TOML = tomllib.loads((HERE / "task.toml").read_text())
@@ -99,14 +99,9 @@ def test_v3_static_rules():
 # fastest in run 4: capping it at 168 spilled and lost 35 %); no spills are allowed anywhere.
 # A subprocess: Triton cannot mix interpreted and compiled kernels in one process.
 def test_v3_compiles_for_h200():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, str(Path(__file__).with_name("compile_sm90.py")), str(SEED),
-                          "--cfg", json.dumps({"INV": "split"})],
-                         capture_output=True, text=True, env=env, timeout=600)
-    if res.returncode == 3:
-        pytest.skip(res.stdout.strip())
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    rows = {r["kernel"]: r for r in json.loads(res.stdout.strip().splitlines()[-1])}
+    rows, why = compile_sm90_rows(SEED, "--cfg", json.dumps({"INV": "split"}))
+    if rows is None:
+        pytest.skip(why)
     for name in ("v3._kda_prep_v3", "v3._kda_inv_wu", "v3._kda_scan"):
         r = rows[name]
         assert r["local"] == 0 and r["stack"] == 0 and r["programs_per_sm"] >= 1, r

@@ -34,7 +34,7 @@ Merge modes ("COMBINE"), as in v2:
             "launch". The interpreter (CTAs run one after another) uses "last" instead.
 With one split (large batches) the kernel writes the final o and lse directly.
 Small problems (at most LAT_GROUPS (batch, head group) pairs, e.g. B=1) may use their own core and split
-length and merge: LAT_CORE, LAT_MIN_SPLIT_TILES, LAT_COMBINE.
+length and merge: LAT_CORE, LAT_MIN_SPLIT_TILES, LAT_COMBINE. tl core: TILE_FIRST / TL_PF_TILES load cache before q.
 """
 import torch
 import triton
@@ -65,12 +65,16 @@ SPACE = {
     "PF_DIST": [0, 1, 2, 3],          # gluon: also prefetch into L2 the tile this many tiles past the ring's newest
     "O_STORE": ["rows", "mma"],       # gluon: store o / o_j row by row (through smem) or in the wgmma layout
     "LAUNCH": ["jit", "cached"],      # cached: relaunch the compiled kernel directly (skips the JIT's binder)
+    "TILE_FIRST": ["off", "on"],      # tl: a split of one tile is loaded before q (no loop: the B=1 s8192 plan)
+    "TL_PF_TILES": [0, 4, 8, 2],      # tl: L2-prefetch the split's first tiles before loading q (GPU, contiguous rows)
+    "SPIN_BARRIER": ["reset", "epoch"],  # tl spin merge: counters reset by the last CTA out, or never reset (int64)
 }
 # DEFAULT: the plain configuration (one core for every shape); BEST: the one measured fastest (below).
 DEFAULT = {"CORE": "gluon", "BLOCK_N": 64, "STAGES": 2, "P_VIA": "smem", "BLOCK_H": 64, "num_warps": 8,
            "num_stages": 2, "WAVES": 1, "MIN_SPLIT_TILES": 1, "COMBINE": "spin", "PARTIAL": "input",
            "MERGE_TILE": 16384, "LAT_GROUPS": 8, "LAT_CORE": "same", "LAT_MIN_SPLIT_TILES": "same",
-           "LAT_COMBINE": "same", "PF_DIST": 0, "O_STORE": "rows", "LAUNCH": "jit"}
+           "LAT_COMBINE": "same", "PF_DIST": 0, "O_STORE": "rows", "LAUNCH": "jit", "TILE_FIRST": "off",
+           "TL_PF_TILES": 0, "SPIN_BARRIER": "reset"}
 # Measured (NOTES.md "v3", GPU calls 1-2): the Gluon core for batches, the tl core for B=1 (its spin merge is
 # ~5 µs faster there), o stored row by row. bench.py, H200: 23.7 / 205.9 / 43.9 / 202.7 µs (b1_s8192 / b64_s8192 /
 # b1_s32768 / b128_s4096), 1.75-2.27x torch.compile. PF_DIST > 0 and LAUNCH="cached" compile and pass the CPU
@@ -310,12 +314,47 @@ def _merge_tile(op_ptr, lsep_ptr, o_ptr, lse_ptr, b, h0, d0, H, NS, stride_ob, s
 
 
 @triton.jit
+def _tile_tl(kv_base, n0, end, offs_n0, offs_dl, offs_dr, mask_dl, mask_dr,
+             STRIDE_KN: tl.constexpr, DL: tl.constexpr, EVEN_N: tl.constexpr, MASK_D: tl.constexpr):
+    """Cache rows [n0, n0 + BLOCK_N) of one batch, latent and rotary part (rows >= end read 0)."""
+    off = (n0 + offs_n0)[:, None] * STRIDE_KN
+    if EVEN_N:
+        mask_n = n0 < end
+    else:
+        mask_n = ((n0 + offs_n0) < end)[:, None]
+    if MASK_D:
+        c_nope = tl.load(kv_base + off + offs_dl[None, :], mask=mask_n & mask_dl[None, :], other=0.0)
+        c_pe = tl.load(kv_base + off + DL + offs_dr[None, :], mask=mask_n & mask_dr[None, :], other=0.0)
+    else:
+        c_nope = tl.load(kv_base + off + offs_dl[None, :], mask=mask_n, other=0.0)
+        c_pe = tl.load(kv_base + off + DL + offs_dr[None, :], mask=mask_n, other=0.0)
+    return c_nope, c_pe
+
+
+@triton.jit
+def _step_tl(q_nope, q_pe, c_nope, c_pe, qk_scale, m_i, l_i, acc, n0, end, offs_n0, EVEN_N: tl.constexpr):
+    """One tile of the online softmax: the tile is the key (all dims) and the value (its latent dims)."""
+    s = tl.dot(q_nope, tl.trans(c_nope))
+    s = tl.dot(q_pe, tl.trans(c_pe), s)
+    s = s * qk_scale
+    if not EVEN_N:
+        s = tl.where((n0 + offs_n0 < end)[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))              # finite: every tile holds >= 1 valid row
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(c_nope.dtype), c_nope, acc * alpha[:, None])
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _split_tl(q_ptr, kv_ptr, scale_ptr, o_ptr, lse_ptr, op_ptr, lsep_ptr, cnt_ptr,
               S, H, NUM_HG, split_len, NS, stride_qb, stride_kb, stride_ob, stride_oh, stride_lb,
               STRIDE_QH: tl.constexpr, STRIDE_KN: tl.constexpr, DL: tl.constexpr, DR: tl.constexpr,
               BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DL: tl.constexpr, BLOCK_DR: tl.constexpr,
               EVEN_N: tl.constexpr, MASK_D: tl.constexpr, MASK_HD: tl.constexpr,
-              MODE: tl.constexpr, HC: tl.constexpr, DC: tl.constexpr, BLOCK_S: tl.constexpr):
+              MODE: tl.constexpr, HC: tl.constexpr, DC: tl.constexpr, BLOCK_S: tl.constexpr,
+              TILE_FIRST: tl.constexpr, PF_LINES: tl.constexpr, EPOCH: tl.constexpr):
     pid_s = tl.program_id(0)
     pid_g = tl.program_id(1)
     b = pid_g // NUM_HG
@@ -330,6 +369,19 @@ def _split_tl(q_ptr, kv_ptr, scale_ptr, o_ptr, lse_ptr, op_ptr, lsep_ptr, cnt_pt
     start = pid_s * split_len
     end = tl.minimum(start + split_len, S)
     kv_base = kv_ptr + b.to(tl.int64) * stride_kb
+    if PF_LINES > 0:
+        # L2 prefetch of the split's first PF_LINES 128-byte lines (contiguous rows) before q's load: the loop's own
+        # cp.async of tile 0 waits for q to land in smem (SASS), that of tile i+1 for tile i's p.V
+        lines = tl.arange(0, PF_LINES)
+        n_lines = ((end - start) * STRIDE_KN * 2 + 127) // 128
+        ok = (lines < n_lines).to(tl.int32)
+        tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }", "=r,l,r",
+            [kv_base + start * STRIDE_KN + lines * 64, ok], dtype=tl.int32, is_pure=False, pack=1)
+    if TILE_FIRST:
+        # the split is one tile: loaded before q, both round trips overlap (no loop, no ring: 147 KB of smem)
+        c_nope, c_pe = _tile_tl(kv_base, start, end, offs_n0, offs_dl, offs_dr, mask_dl, mask_dr,
+                                STRIDE_KN, DL, EVEN_N, MASK_D)
 
     q_rows = q_ptr + b.to(tl.int64) * stride_qb + offs_h[:, None] * STRIDE_QH
     if MASK_HD:
@@ -343,30 +395,13 @@ def _split_tl(q_ptr, kv_ptr, scale_ptr, o_ptr, lse_ptr, op_ptr, lsep_ptr, cnt_pt
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_DL], tl.float32)
 
-    for n0 in range(start, end, BLOCK_N):
-        offs_n = n0 + offs_n0
-        off = offs_n[:, None] * STRIDE_KN
-        if EVEN_N:
-            mask_n = n0 < end
-        else:
-            mask_n = (offs_n < end)[:, None]
-        if MASK_D:
-            c_nope = tl.load(kv_base + off + offs_dl[None, :], mask=mask_n & mask_dl[None, :], other=0.0)
-            c_pe = tl.load(kv_base + off + DL + offs_dr[None, :], mask=mask_n & mask_dr[None, :], other=0.0)
-        else:
-            c_nope = tl.load(kv_base + off + offs_dl[None, :], mask=mask_n, other=0.0)
-            c_pe = tl.load(kv_base + off + DL + offs_dr[None, :], mask=mask_n, other=0.0)
-        s = tl.dot(q_nope, tl.trans(c_nope))
-        s = tl.dot(q_pe, tl.trans(c_pe), s)
-        s = s * qk_scale
-        if not EVEN_N:
-            s = tl.where((offs_n < end)[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = tl.dot(p.to(c_nope.dtype), c_nope, acc * alpha[:, None])
-        m_i = m_new
+    if TILE_FIRST:
+        m_i, l_i, acc = _step_tl(q_nope, q_pe, c_nope, c_pe, qk_scale, m_i, l_i, acc, start, end, offs_n0, EVEN_N)
+    else:
+        for n0 in range(start, end, BLOCK_N):
+            c_nope, c_pe = _tile_tl(kv_base, n0, end, offs_n0, offs_dl, offs_dr, mask_dl, mask_dr,
+                                    STRIDE_KN, DL, EVEN_N, MASK_D)
+            m_i, l_i, acc = _step_tl(q_nope, q_pe, c_nope, c_pe, qk_scale, m_i, l_i, acc, n0, end, offs_n0, EVEN_N)
 
     if MODE == 0:
         o = acc / l_i[:, None]
@@ -397,23 +432,33 @@ def _split_tl(q_ptr, kv_ptr, scale_ptr, o_ptr, lse_ptr, op_ptr, lsep_ptr, cnt_pt
                                 H, NS, stride_ob, stride_oh, stride_lb, DL, HC, DC, BLOCK_S)
                 tl.atomic_xchg(cnt_ptr + pid_g, 0)
         elif MODE == 3:
-            # the same barrier as the Gluon core's (see there)
+            # the same barrier as the Gluon core's (see there), or (EPOCH) one without the departure counter: an
+            # int64 arrival count that is never reset (one buffer per split count; launches on a stream never
+            # overlap, so launch k takes it from k*NS to (k+1)*NS): wait for the multiple of NS above this CTA's
+            # arrival. Saves every CTA's closing acq_rel atomic and the last one's two resets (kernel tail)
             tl.debug_barrier()
-            arrived = tl.atomic_add(cnt_ptr + pid_g, 1, sem="release", scope="gpu") + 1
-            while arrived < NS:
+            if EPOCH:
+                arrived = tl.atomic_add(cnt_ptr + pid_g, 1, sem="release", scope="gpu")
+                target = (arrived // NS + 1) * NS
+                arrived += 1
+            else:
+                target = NS
+                arrived = tl.atomic_add(cnt_ptr + pid_g, 1, sem="release", scope="gpu") + 1
+            while arrived < target:
                 arrived = tl.load(cnt_ptr + pid_g, volatile=True)
             arrived = tl.atomic_add(cnt_ptr + pid_g, 0, sem="acquire", scope="gpu")
-            while arrived < NS:
+            while arrived < target:
                 arrived = tl.atomic_add(cnt_ptr + pid_g, 0, sem="acquire", scope="gpu")
             tl.debug_barrier()
             for it in range(pid_s, N_ITEMS, NS):
                 _merge_tile(op_ptr, lsep_ptr, o_ptr, lse_ptr, b, h0 + (it // N_D) * HC, (it % N_D) * DC,
                             H, NS, stride_ob, stride_oh, stride_lb, DL, HC, DC, BLOCK_S)
-            n_groups = tl.num_programs(1)
-            left = tl.atomic_add(cnt_ptr + n_groups + pid_g, 1, sem="acq_rel", scope="gpu")
-            if left == NS - 1:
-                tl.atomic_xchg(cnt_ptr + pid_g, 0)
-                tl.atomic_xchg(cnt_ptr + n_groups + pid_g, 0)
+            if not EPOCH:
+                n_groups = tl.num_programs(1)
+                left = tl.atomic_add(cnt_ptr + n_groups + pid_g, 1, sem="acq_rel", scope="gpu")
+                if left == NS - 1:
+                    tl.atomic_xchg(cnt_ptr + pid_g, 0)
+                    tl.atomic_xchg(cnt_ptr + n_groups + pid_g, 0)
 
 
 @triton.jit
@@ -445,12 +490,13 @@ def _sm_count(device: torch.device) -> int:
     return _SM_COUNT[key]
 
 
-def _counters(device: torch.device, n: int) -> torch.Tensor:
-    """Per-group arrival/departure counters. Zeroed once; every kernel leaves them at zero."""
-    key = str(device)
+def _counters(device: torch.device, n: int, epoch_ns: int = 0) -> torch.Tensor:
+    """Per-group arrival/departure counters. Zeroed once; every kernel leaves them at zero. epoch_ns: int64
+    arrival counts of the never-reset barrier, one buffer per split count (each stays a multiple of it)."""
+    key = (str(device), epoch_ns)
     buf = _COUNTERS.get(key)
     if buf is None or buf.numel() < n:
-        buf = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        buf = torch.zeros(max(n, 1024), dtype=torch.int64 if epoch_ns else torch.int32, device=device)
         _COUNTERS[key] = buf
     return buf
 
@@ -492,6 +538,14 @@ def _gluon_stages(block_n: int, want: int, dl: int, dr: int) -> int:
     fixed = 64 * (dl + dr) * 2 + 64 * block_n * 2 + 1024
     fit = (SMEM_LIMIT - fixed) // (block_n * (dl + dr) * 2)
     return max(1, min(int(want), fit))
+
+
+def _pf_lines(tiles: int, split_len: int, block_n: int, d: int, device: torch.device, use_gluon: bool) -> int:
+    """128-byte lines of the tl core's L2 prefetch (a power of two covering the first `tiles` tiles of a split,
+    16-bit rows of d elements); 0 on the CPU (the interpreter runs no inline PTX) and for the Gluon core."""
+    if tiles <= 0 or use_gluon or device.type != "cuda":
+        return 0
+    return _next_pow2(triton.cdiv(min(tiles * block_n, split_len) * d * 2, 128))
 
 
 def plan(B: int, H: int, S: int, DL: int, DR: int, config: dict, device: torch.device,
@@ -545,6 +599,9 @@ def plan(B: int, H: int, S: int, DL: int, DR: int, config: dict, device: torch.d
                 BLOCK_DR=BLOCK_DR, HC=HC, DC=DC, HC2=HC2, DC2=DC2, ML=_merge_layout(BLOCK_S, HC, DC), EVEN_N=(S % BLOCK_N == 0),
                 MASK_D=not (DL == BLOCK_DL and DR == BLOCK_DR),
                 MASK_HD=not (DL == BLOCK_DL and DR == BLOCK_DR and H % BLOCK_H == 0),
+                TILE_FIRST=cfg["TILE_FIRST"] == "on" and not use_gluon and split_len == BLOCK_N,
+                EPOCH=cfg["SPIN_BARRIER"] == "epoch" and not use_gluon and mode == MODE_SPIN,
+                PF_LINES=_pf_lines(int(cfg["TL_PF_TILES"]), split_len, BLOCK_N, DL + DR, device, use_gluon),
                 P_SMEM=cfg["P_VIA"] == "smem", PF_DIST=int(cfg["PF_DIST"]), COALESCE_O=cfg["O_STORE"] == "rows",
                 num_warps=8 if use_gluon else int(cfg["num_warps"]),
                 partial_fp32=cfg["PARTIAL"] == "fp32")
@@ -634,7 +691,8 @@ def mla_decode(inputs: dict, out: dict, config: dict) -> None:
     else:
         op = _scratch(q.device, (B, ns, H, DL), torch.float32 if P["partial_fp32"] else q.dtype)
         lsep = _scratch(q.device, (B, ns, H), torch.float32)
-        cnt = _counters(q.device, 2 * groups) if mode in (MODE_LAST, MODE_SPIN) else lsep
+        cnt = (_counters(q.device, groups, ns) if P["EPOCH"] else _counters(q.device, 2 * groups)
+               if mode in (MODE_LAST, MODE_SPIN) else lsep)
 
     if P["core"] == "gluon":
         q2 = q.view(B * H, D)
@@ -657,7 +715,8 @@ def mla_decode(inputs: dict, out: dict, config: dict) -> None:
         args = (q, kv, scale, o, lse, op, lsep, cnt, S, H, P["NUM_HG"], P["split_len"], ns,
                 q.stride(0), kv.stride(0), o.stride(0), o.stride(2), lse.stride(0),
                 q.stride(2), kv.stride(1), DL, DR, P["BLOCK_H"], P["BLOCK_N"], P["BLOCK_DL"], P["BLOCK_DR"],
-                P["EVEN_N"], P["MASK_D"], P["MASK_HD"], mode, P["HC"], P["DC"], P["BLOCK_S"])
+                P["EVEN_N"], P["MASK_D"], P["MASK_HD"], mode, P["HC"], P["DC"], P["BLOCK_S"], P["TILE_FIRST"],
+                P["PF_LINES"] if kv.stride(1) == D and kv.element_size() == 2 else 0, P["EPOCH"])
         _launch(_split_tl, (ns, groups, 1), args, dict(num_warps=P["num_warps"], num_stages=P["stages"]),
                 ("t", pkey, _spec_key(args)), cached)
     if mode == MODE_LAUNCH:

@@ -63,6 +63,8 @@ def _ptx_features(ptx: str) -> dict:
         mma_sync=ptx.count("mma.sync"),
         ldmatrix=ptx.count("ldmatrix"),
         acquire_ld=ptx.count("ld.global.gpu.acquire") + ptx.count("ld.acquire.gpu"),   # spin barrier's acquire
+        acq_rel_atom=ptx.count("atom.global.gpu.acq_rel"),                          # the departure counter
+        prefetch_l2=ptx.count("prefetch.global.L2"),                                 # the tl core's TL_PF_TILES
     )
 
 
@@ -91,10 +93,11 @@ def main():
         types = {n: "*bf16" for n in ("q_ptr", "kv_ptr", "o_ptr")}
         types.update({n: "*fp32" for n in ("scale_ptr", "lse_ptr", "lsep_ptr")})
         types["op_ptr"] = pdt
-        types["cnt_ptr"] = "*i32"
+        types["cnt_ptr"] = "*i64" if P.get("EPOCH") else "*i32"
         ce = dict(DL=512, DR=64, BLOCK_H=P["BLOCK_H"], BLOCK_N=P["BLOCK_N"], BLOCK_DL=P["BLOCK_DL"],
                   BLOCK_DR=P["BLOCK_DR"], EVEN_N=(S % P["BLOCK_N"] == 0), MODE=P["mode"],
-                  HC=P["HC"], DC=P["DC"], BLOCK_S=P["BLOCK_S"])
+                  HC=P["HC"], DC=P["DC"], BLOCK_S=P["BLOCK_S"], TILE_FIRST=P.get("TILE_FIRST", False),
+                  PF_LINES=P.get("PF_LINES", 0), EPOCH=P.get("EPOCH", False))
         if v2:
             ce.update(STRIDE_QH=576, STRIDE_KN=576, MASK_D=False, MASK_HD=P["MASK_HD"],
                       PREFETCH_REGS=P.get("PREFETCH_REGS"), PACK=P.get("PACK"))

@@ -28,6 +28,8 @@ CONFIGS = [
     {"CORE": "tl", "BLOCK_H": 32, "BLOCK_N": 32, "num_stages": 3, "MIN_SPLIT_TILES": 2, "MERGE_TILE": 32768},
     {"MIN_SPLIT_TILES": 1000},                                                     # one split: direct write
     {"LAT_CORE": "tl", "LAT_MIN_SPLIT_TILES": 2, "LAT_GROUPS": 32, "COMBINE": "launch", "LAUNCH": "jit"},
+    {"TILE_FIRST": "on", "TL_PF_TILES": 4, "SPIN_BARRIER": "epoch"},  # one-tile splits: tile before q, no loop
+    {"TILE_FIRST": "on", "COMBINE": "launch", "BLOCK_H": 32},
 ]
 
 
@@ -43,14 +45,19 @@ def test_smoke(dtype, shape_name, ci):
 
 
 def test_cpu_paths_are_exercised():
-    modes = set()
+    modes, tile_first = set(), set()
     for shape in TOML["smoke"].values():
         for cfg in CONFIGS:
             P = MOD.plan(shape["B"], shape.get("H", 64), shape["S"], shape.get("D_LATENT", 512), 64, cfg,
                          torch.device("cpu"))
-            assert P["core"] == "tl"
+            assert P["core"] == "tl" and P["PF_LINES"] == 0         # no inline PTX under the interpreter
             modes.add(P["mode"])
+            if P["TILE_FIRST"]:
+                tile_first.add((P["mode"], P["EVEN_N"]))
     assert {MOD.MODE_DIRECT, MOD.MODE_LAUNCH, MOD.MODE_LAST} <= modes
+    # the one-tile path in every merge mode, with a partial last tile too
+    assert {m for m, _ in tile_first} == {MOD.MODE_DIRECT, MOD.MODE_LAUNCH, MOD.MODE_LAST}, tile_first
+    assert (MOD.MODE_LAST, False) in tile_first, tile_first
 
 
 def _plan(B, S, H=64, **cfg):
@@ -76,6 +83,27 @@ def test_h200_plans():
     assert [_plan(64, 8192, BLOCK_N=n, STAGES=8)["stages"] for n in (64, 32, 16)] == [2, 4, 8]
     assert _plan(64, 8192, BLOCK_N=128)["BLOCK_N"] == 64
     assert not MOD.plan(64, 64, 8192, 512, 64, {}, H200, gluon_ok=False)["core"] == "gluon"
+    # TILE_FIRST: only the tl core's one-tile splits (b1_s8192: 128 x 64 rows); b1_s32768 has 4 tiles per split
+    assert _plan(1, 8192, LAT_CORE="tl", TILE_FIRST="on")["TILE_FIRST"]
+    assert not _plan(1, 32768, LAT_CORE="tl", TILE_FIRST="on")["TILE_FIRST"]
+    assert not _plan(1, 8192, LAT_CORE="gluon", TILE_FIRST="on")["TILE_FIRST"]
+    # L2 prefetch: 128-byte lines covering the first tiles of a split (4 x 64 rows x 1152 B = 2304 -> 4096)
+    assert _plan(1, 32768, LAT_CORE="tl", TL_PF_TILES=4)["PF_LINES"] == 4096
+    assert _plan(1, 8192, LAT_CORE="tl", TL_PF_TILES=4)["PF_LINES"] == 1024      # the split is one tile
+    assert _plan(64, 8192, TL_PF_TILES=4)["PF_LINES"] == 0                       # Gluon core: PF_DIST instead
+    # the never-reset barrier: the tl core's spin merge only
+    assert _plan(1, 8192, LAT_CORE="tl", SPIN_BARRIER="epoch")["EPOCH"]
+    assert not _plan(1, 8192, LAT_CORE="tl", SPIN_BARRIER="epoch", LAT_COMBINE="launch")["EPOCH"]
+    assert not _plan(64, 8192, SPIN_BARRIER="epoch")["EPOCH"]                   # Gluon core
+    assert not MOD.plan(1, 64, 8192, 512, 64, {"SPIN_BARRIER": "epoch"}, torch.device("cpu"))["EPOCH"]
+
+
+def test_epoch_counters_are_int64_and_per_split_count():
+    """Each never-reset counter buffer only ever sees launches of one split count, so it stays a multiple of it."""
+    dev = torch.device("cpu")
+    a, b = MOD._counters(dev, 8, 128), MOD._counters(dev, 8, 64)
+    assert a.dtype == torch.int64 and b.dtype == torch.int64 and a.data_ptr() != b.data_ptr()
+    assert MOD._counters(dev, 8, 128) is a and MOD._counters(dev, 8).dtype == torch.int32
 
 
 def test_merge_layout_covers_tile_without_replication():
@@ -114,10 +142,13 @@ def test_cached_launch_reuses_the_compiled_kernel():
 
 
 def test_best_is_what_bench_measured():
-    """BEST is exactly the configuration of the bench.py figures in results/ (GPU call 2)."""
+    """BEST is exactly the configuration of the bench.py figures in results/ (GPU call 2); keys added to SPACE
+    since (session 4) are at the value that runs the code that was measured."""
     import json
     measured = json.loads((TASK_DIR / "results" / "h200_v3_config.json").read_text())
-    assert measured == MOD.BEST
+    assert {k: MOD.BEST[k] for k in measured} == measured
+    assert {k: v for k, v in MOD.BEST.items() if k not in measured} == {"TILE_FIRST": "off", "TL_PF_TILES": 0,
+                                                                         "SPIN_BARRIER": "reset"}
 
 
 def test_static_rules():
@@ -132,7 +163,9 @@ def test_compiles_for_h200():
              {"B": 128, "S": 4096},
              {"B": 1, "S": 32768, "config": dict(g, COMBINE="launch", PF_DIST=2, MERGE_TILE=32768)},
              {"B": 3, "S": 4097, "config": dict(g, BLOCK_N=32, STAGES=4, P_VIA="regs", PF_DIST=1)},
-             {"B": 1, "S": 8192}, {"B": 5, "S": 77, "H": 16}]
+             {"B": 1, "S": 8192}, {"B": 5, "S": 77, "H": 16},
+             {"B": 1, "S": 8192, "config": {"TILE_FIRST": "on", "SPIN_BARRIER": "epoch"}},
+             {"B": 1, "S": 32768, "config": {"TL_PF_TILES": 4}}]
     rows = compile_sm90(V3, cases)
     for r in rows:
         assert r["shared"] <= 227 * 1024 and r["stack"] == 0, r
@@ -141,3 +174,8 @@ def test_compiles_for_h200():
     assert rows[0]["mode"] == MOD.MODE_SPIN and rows[0]["acquire_ld"] >= 1, rows[0]   # acquire not dropped
     assert rows[3]["merge_regs"], rows[3]
     assert rows[5]["core"] == "tl" and rows[5]["cp_async"] > 0, rows[5]
+    # one tile, no loop: plain loads (tile before q), no cp.async ring, so 147 KB of shared memory
+    assert rows[7]["cp_async"] == 0 and rows[7]["shared"] < 150 * 1024 and rows[7]["regs"] < 255, rows[7]
+    # epoch barrier: the acquire kept, no departure counter (BEST's barrier has three acq_rel atomics)
+    assert rows[7]["acquire_ld"] >= 1 and rows[7]["acq_rel_atom"] == 0 and rows[5]["acq_rel_atom"] == 3, rows[7]
+    assert rows[8]["prefetch_l2"] > 0 and rows[8]["cp_async"] > 0, rows[8]
