@@ -584,7 +584,7 @@ pub fn daemon_args_with(dir: &Path, kernels: &Path) -> Vec<std::ffi::OsString> {
 
 /// A kernels directory whose harness worker is `tests/fixtures/stub_worker.py` (the worker
 /// protocol without torch: it starts and "evaluates" in milliseconds) and whose `demo`
-/// task is the real one.
+/// task is a copy of the real one.
 pub fn stub_kernels(dir: &Path) -> PathBuf {
     let kernels = dir.join("kernels");
     std::fs::create_dir_all(kernels.join("harness")).unwrap();
@@ -593,11 +593,19 @@ pub fn stub_kernels(dir: &Path) -> PathBuf {
         kernels.join("harness/worker.py"),
     )
     .unwrap();
-    let demo = kernels.join("demo");
-    if !demo.exists() {
-        std::os::unix::fs::symlink(repo_root().join("kernels/demo"), demo).unwrap();
-    }
+    copy_demo_task(&kernels);
     kernels
+}
+
+/// Copies the demo task into a kernels directory. A copy, not a symlink: the evaluation
+/// sandbox resolves the task directory and refuses one outside the kernels directory
+/// (every seed would be rejected and no evaluation would run).
+fn copy_demo_task(kernels: &Path) {
+    let demo = repo_root().join("kernels/demo");
+    std::fs::create_dir_all(kernels.join("demo/seeds")).unwrap();
+    for f in ["task.toml", "task.py", "seeds/tiled.py"] {
+        std::fs::copy(demo.join(f), kernels.join("demo").join(f)).unwrap();
+    }
 }
 
 /// A kernels directory whose worker is the scripted one (tests/fixtures/scripted/worker.py,
@@ -610,10 +618,6 @@ pub fn scripted_kernels(dir: &Path) -> PathBuf {
         k.join("harness/worker.py"),
     )
     .unwrap();
-    let demo = repo_root().join("kernels/demo");
-    std::fs::create_dir_all(k.join("demo/seeds")).unwrap();
-    for f in ["task.toml", "task.py", "seeds/tiled.py"] {
-        std::fs::copy(demo.join(f), k.join("demo").join(f)).unwrap();
-    }
+    copy_demo_task(&k);
     k
 }

@@ -41,7 +41,7 @@ pub use config::Config;
 pub mod tools {
     pub use crate::engine::Engine;
     pub use crate::rpc::{connection, Limits};
-    pub use crate::store::{CheckReport, NewEvent, Store, StoreError};
+    pub use crate::store::{CheckReport, NewEvent, Space, Store, StoreError};
 }
 pub use engine::TickFn;
 pub use reconfigure::Rebuild;

@@ -19,8 +19,11 @@ use crate::wire::{EvaluationRecord, Event, EventKind, GoalSpec};
 mod check;
 #[cfg(test)]
 mod fault_tests;
+mod goal_index;
 mod integrity;
+mod space;
 pub use check::CheckReport;
+pub use space::Space;
 
 /// seq → event JSON.
 const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
@@ -42,10 +45,12 @@ const FORMAT_KEY: &str = "format";
 
 /// The version of the log's layout (tables, keys, the JSON of events and projections)
 /// this build writes. A log without one was written before versions (format 0, the same
-/// layout as 1) and is stamped 1 when opened. A newer one is refused: an older build
-/// could misread what it does not know. Bump on a change old builds cannot read, and
-/// keep reading every older format (tests/fixtures holds logs of older builds).
-pub const FORMAT: u64 = 1;
+/// layout as 1). Format 2 adds the active/finished goal index (`goal_index`), which an
+/// older build would not keep up to date: a log of format 0 or 1 gets it when opened and
+/// is stamped 2. A newer one is refused: an older build could misread what it does not
+/// know. Bump on a change old builds cannot read, and keep reading every older format
+/// (tests/fixtures holds logs of older builds).
+pub const FORMAT: u64 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -188,6 +193,10 @@ impl Store {
             tx.open_table(EVALS).map_err(|e| db_err(path, e))?;
             tx.open_table(SOURCES).map_err(|e| db_err(path, e))?;
             tx.open_table(SLURM_JOBS).map_err(|e| db_err(path, e))?;
+            tx.open_table(goal_index::ACTIVE)
+                .map_err(|e| db_err(path, e))?;
+            tx.open_table(goal_index::FINISHED)
+                .map_err(|e| db_err(path, e))?;
             let mut meta = tx.open_table(META).map_err(|e| db_err(path, e))?;
             let found = meta
                 .get(FORMAT_KEY)
@@ -202,8 +211,9 @@ impl Store {
                     })
                 }
                 Some(found) if found == FORMAT => {}
-                // New, or written before versions (format 0 is format 1's layout).
+                // New, or of an older format (0 is 1's layout; 1 lacks the goal index).
                 _ => {
+                    goal_index::rebuild(&tx, path)?;
                     meta.insert(FORMAT_KEY, FORMAT)
                         .map_err(|e| db_err(path, e))?;
                 }
@@ -312,6 +322,9 @@ impl Store {
         // Projections this batch changed, written once at its end: a batch of many events
         // of one goal (a log built in bulk) costs one projection write, not one per event.
         let mut touched: BTreeMap<String, GoalProjection> = BTreeMap::new();
+        // Whether each was active (`goal_index::is_active`) before the batch (None:
+        // enqueued in it): an active goal's index entry is written only when that changes.
+        let mut was_active: BTreeMap<String, Option<bool>> = BTreeMap::new();
         for item in items {
             let ev = Event {
                 seq,
@@ -328,6 +341,7 @@ impl Store {
                 index.insert((goal, seq), ()).map_err(|e| self.err(e))?;
                 let mut proj = match &ev.kind {
                     EventKind::GoalEnqueued { spec, owner_uid } => {
+                        was_active.insert(goal.to_string(), None);
                         GoalProjection::new(goal, spec.clone(), *owner_uid, time_ms)
                     }
                     _ => match touched.remove(goal) {
@@ -335,8 +349,12 @@ impl Store {
                         None => {
                             let raw = goals.get(goal).map_err(|e| self.err(e))?;
                             let raw = raw.ok_or_else(|| StoreError::NoGoal(goal.to_string()))?;
-                            serde_json::from_slice(raw.value())
-                                .map_err(|e| StoreError::Corrupt(e.to_string()))?
+                            let p: GoalProjection = serde_json::from_slice(raw.value())
+                                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                            was_active
+                                .entry(goal.to_string())
+                                .or_insert(Some(goal_index::is_active(&p)));
+                            p
                         }
                     },
                 };
@@ -385,6 +403,10 @@ impl Store {
             seq += 1;
         }
         for (goal, proj) in touched {
+            let active = goal_index::is_active(&proj);
+            if !active || was_active.get(&goal).copied().flatten() != Some(true) {
+                goal_index::file(tx, &self.path, &proj)?;
+            }
             let bytes =
                 serde_json::to_vec(&proj).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             goals

@@ -350,6 +350,12 @@ fn hundreds_of_sigkills_at_random_moments_lose_nothing() {
                         break;
                     }
                     Some(v) => {
+                        // A refused enqueue would leave the torture without goals (and
+                        // without evaluations): a test that proves nothing.
+                        assert!(
+                            method != wire::method::ENQUEUE || v.get("result").is_some(),
+                            "kill {done}: enqueue refused: {v}"
+                        );
                         let Some(r) = v.get("result") else { continue };
                         acked_changes += 1;
                         if method == wire::method::ENQUEUE {
@@ -400,12 +406,37 @@ fn hundreds_of_sigkills_at_random_moments_lose_nothing() {
     assert!(d.stop().success());
     let mut results: BTreeMap<(String, u64), u32> = BTreeMap::new();
     let mut attempts: BTreeMap<(String, u64), u32> = BTreeMap::new();
+    // Per goal, the last iteration proposed: proposals count up by one.
+    let mut proposed: HashMap<String, u64> = HashMap::new();
+    // Evaluations started in this daemon lifetime and not ended: one start at a time.
+    let mut in_flight: std::collections::BTreeSet<(String, u64)> = Default::default();
     let mut starts = 0u64;
     for ev in &all {
         let goal = ev.goal.clone().unwrap_or_default();
+        let key = |it: &u64| (goal.clone(), *it);
         match &ev.kind {
-            EventKind::EvaluationFinished { iteration, .. } => {
-                let n = results.entry((goal, *iteration)).or_default();
+            EventKind::CandidateProposed { iteration, .. } => {
+                let last = proposed.insert(goal.clone(), *iteration).unwrap_or(0);
+                assert_eq!(
+                    *iteration,
+                    last + 1,
+                    "event {}: {goal} proposed iteration {iteration} after {last}",
+                    ev.seq
+                );
+            }
+            EventKind::EvaluationFinished {
+                iteration, result, ..
+            } => {
+                // A candidate whose starts kept dying with the daemon is quarantined
+                // without another start; every other result ends a start of this lifetime.
+                assert!(
+                    in_flight.remove(&key(iteration))
+                        || result.class == wire::ResultClass::Quarantined,
+                    "event {}: a result ({}) for iteration {iteration} of {goal} that this daemon never started",
+                    ev.seq,
+                    result.class.as_str()
+                );
+                let n = results.entry(key(iteration)).or_default();
                 *n += 1;
                 assert_eq!(
                     *n, 1,
@@ -413,10 +444,28 @@ fn hundreds_of_sigkills_at_random_moments_lose_nothing() {
                     ev.goal
                 );
             }
+            EventKind::EvaluationAborted { iteration, .. } => {
+                in_flight.remove(&key(iteration));
+            }
             EventKind::EvaluationStarted {
                 iteration, attempt, ..
             } => {
-                let a = attempts.entry((goal, *iteration)).or_default();
+                assert!(
+                    proposed.get(&goal).is_some_and(|p| p >= iteration),
+                    "event {}: iteration {iteration} of {goal} started but never proposed",
+                    ev.seq
+                );
+                assert!(
+                    !results.contains_key(&key(iteration)),
+                    "event {}: iteration {iteration} of {goal} started again after its result",
+                    ev.seq
+                );
+                assert!(
+                    in_flight.insert(key(iteration)),
+                    "event {}: iteration {iteration} of {goal} started twice at once",
+                    ev.seq
+                );
+                let a = attempts.entry(key(iteration)).or_default();
                 assert_eq!(
                     *attempt,
                     *a + 1,
@@ -425,10 +474,23 @@ fn hundreds_of_sigkills_at_random_moments_lose_nothing() {
                 );
                 *a = *attempt;
             }
-            EventKind::DaemonStarted { .. } => starts += 1,
+            // A new lifetime: whatever the last one had started ended with it.
+            EventKind::DaemonStarted { .. } => {
+                starts += 1;
+                in_flight.clear();
+            }
             _ => {}
         }
     }
+    // The stub worker evaluates in milliseconds: every few lifetimes record results, and
+    // most proposals get theirs (the rest were cut by a kill and re-run, or are pending).
+    let proposals: u64 = proposed.values().sum();
+    assert!(
+        results.len() as u64 >= done / 4 && results.len() as u64 * 2 >= proposals,
+        "{} evaluations recorded for {proposals} proposals in {done} lifetimes: the worker \
+         no longer drives evaluations under the torture",
+        results.len()
+    );
     let (status, check) = run_bounded(
         std::process::Command::new(binary("kerneld"))
             .arg("check")
@@ -451,6 +513,7 @@ fn hundreds_of_sigkills_at_random_moments_lose_nothing() {
         "events": all.len(),
         "goals": expect.len(),
         "evaluations_recorded": results.len(),
+        "proposals": proposals,
         "re_run_attempts": attempts.values().map(|a| u64::from(a.saturating_sub(1))).sum::<u64>(),
         "acknowledged_changes": acked_changes,
         "changes_cut_by_a_kill": unanswered,

@@ -245,7 +245,18 @@ impl Engine {
                         }
                         outcome
                     }
-                    Ok(agent) => agent.propose(&proj, &history, next),
+                    // The built-in search ranks thousands of draws: on a blocking
+                    // thread, so that it never holds up a runtime thread (`status` and
+                    // every other request are served there).
+                    Ok(agent) => {
+                        let snapshot = proj.clone();
+                        tokio::task::spawn_blocking(move || {
+                            agent.propose(&snapshot, &history, next)
+                        })
+                        .await
+                        .map_err(|e| anyhow!("the agent's thread failed: {e}"))
+                        .and_then(|r| r)
+                    }
                 };
                 match proposed {
                     Ok(p) => {

@@ -25,6 +25,7 @@ mod ahead;
 mod auth;
 mod dispatch;
 mod evaluation;
+mod history;
 mod iteration;
 pub(crate) mod ops;
 mod overhead;
@@ -132,7 +133,10 @@ struct Slot {
 }
 
 struct State {
+    /// The goals the engine schedules or was asked about, in full.
     goals: BTreeMap<String, GoalRt>,
+    /// Goals finished before start-up, as summaries (`history`); never also in `goals`.
+    history: history::History,
     slots: Vec<Slot>,
     /// What the newest worker reported (workers start at start-up): what a goal's best
     /// is compared with (`environment_changed` in `status`).
@@ -175,18 +179,21 @@ pub type TickFn = Box<dyn Fn(&str) + Send + Sync>;
 type CommitGuard<'a> = tokio::sync::MutexGuard<'a, ()>;
 
 impl Engine {
-    /// Rebuilds the state from the store's projections (no replay of the log) and
-    /// records the start. Goals that were running are running again; their pending
-    /// evaluations run first.
+    /// Rebuilds the state from the store's projections (no replay of the log): the active
+    /// goals in full, the finished ones as summaries (`history`); and records the start.
+    /// Goals that were running are running again; their pending evaluations run first.
     pub async fn start(
         cfg: Config,
         store: Arc<Store>,
         devices: Arc<dyn DeviceLayer>,
         stopping: CancellationToken,
     ) -> anyhow::Result<Arc<Engine>> {
-        let goals = {
+        let (goals, finished) = {
             let s = store.clone();
-            tokio::task::spawn_blocking(move || s.goals()).await??
+            tokio::task::spawn_blocking(move || {
+                anyhow::Ok((s.active_goals()?, s.finished_goals()?))
+            })
+            .await??
         };
         // HOOK(slurm): Slurm slots after the local ones; a host that would only be the CPU
         // fallback (a login node) serves no evaluations itself unless `local = true`.
@@ -243,6 +250,7 @@ impl Engine {
             devices,
             state: Mutex::new(State {
                 goals: map,
+                history: history::History::new(finished),
                 slots,
                 environment: None,
             }),
@@ -444,20 +452,29 @@ impl Engine {
     // -- looking goals up --------------------------------------------------------
 
     /// The goal `goal_ref` (an id or a name) means for `uid`: its own first
-    /// (`crate::resolve`).
+    /// (`crate::resolve`). A goal of the history is loaded in full (`hydrate`), so the
+    /// caller finds it in `goals`.
     fn resolve(&self, goal_ref: &str, uid: u32) -> RpcResult<String> {
-        let st = self.state.lock().unwrap();
-        crate::resolve::resolve(
-            st.goals.values().map(|g| crate::resolve::Candidate {
+        let id = {
+            let st = self.state.lock().unwrap();
+            let live = st.goals.values().map(|g| crate::resolve::Candidate {
                 id: &g.proj.id,
                 name: &g.proj.spec.name,
                 owner_uid: g.proj.owner_uid,
                 state: g.proj.state,
                 created_ms: g.proj.created_ms,
-            }),
-            goal_ref,
-            uid,
-        )
+            });
+            let old = st.history.iter().map(|g| crate::resolve::Candidate {
+                id: &g.id,
+                name: &g.name,
+                owner_uid: g.owner_uid,
+                state: g.state,
+                created_ms: g.created_ms,
+            });
+            crate::resolve::resolve(live.chain(old), goal_ref, uid)?
+        };
+        self.hydrate(&id)?;
+        Ok(id)
     }
 
     fn summary(&self, goal: &str) -> RpcResult<GoalSummary> {

@@ -221,6 +221,10 @@ impl Store {
             }
         }
         r.goals = stored_ids.len() as u64;
+        // Logs of format 1 get the index when a daemon first opens them.
+        if get(FORMAT_KEY).unwrap_or(0) >= 2 {
+            goal_index::check(&tx, &folded, &mut |p| r.problem(p));
+        }
         for id in folded.keys().filter(|id| !stored_ids.contains(*id)) {
             r.problem(format!("goal {id}: events but no projection"));
         }

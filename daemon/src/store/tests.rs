@@ -269,3 +269,57 @@ fn second_open_is_refused() {
     }
     let _ = std::fs::remove_file(path);
 }
+
+#[test]
+fn goal_index_follows_state_and_is_rebuilt_for_a_format_1_log() {
+    let path = temp_db();
+    let store = Store::open(&path).unwrap();
+    let (a, _) = store.enqueue_goal(spec(), 7).unwrap();
+    let (b, _) = store.enqueue_goal(spec(), 7).unwrap();
+    store
+        .append(vec![NewEvent::goal(
+            &b,
+            EventKind::GoalStateChanged {
+                from: GoalState::Queued,
+                to: GoalState::Cancelled,
+                reason: Some("test".into()),
+            },
+        )])
+        .unwrap();
+    let ids = |s: &Store| {
+        let active: Vec<String> = s
+            .active_goals()
+            .unwrap()
+            .into_iter()
+            .map(|p| p.id)
+            .collect();
+        let finished: Vec<String> = s
+            .finished_goals()
+            .unwrap()
+            .into_iter()
+            .map(|g| g.id)
+            .collect();
+        (active, finished)
+    };
+    assert_eq!(ids(&store), (vec![a.clone()], vec![b.clone()]));
+    let summary = store.finished_goals().unwrap().remove(0);
+    assert_eq!(summary, store.goal(&b).unwrap().unwrap().summary(0, 0));
+
+    // A log of format 1: no index, format 1. Opening it builds the index and stamps 2.
+    {
+        let tx = store.db.begin_write().unwrap();
+        tx.delete_table(goal_index::ACTIVE).unwrap();
+        tx.delete_table(goal_index::FINISHED).unwrap();
+        tx.open_table(META).unwrap().insert(FORMAT_KEY, 1).unwrap();
+        tx.commit().unwrap();
+    }
+    drop(store);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(ids(&store), (vec![a], vec![b]));
+    assert_eq!(store.last_seq().unwrap(), 3);
+    let mut store = store;
+    let report = store.check().unwrap();
+    assert!(report.is_sound(), "{:?}", report.problems);
+    drop(store);
+    let _ = std::fs::remove_file(&path);
+}

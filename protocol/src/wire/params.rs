@@ -112,7 +112,7 @@ pub struct BestSummary {
 }
 
 /// One goal as `status` lists it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GoalSummary {
     pub id: String,
     pub name: String,

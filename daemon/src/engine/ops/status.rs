@@ -17,11 +17,30 @@ impl Engine {
             state: g.proj.state,
             created_ms: g.proj.created_ms,
         });
-        let ids = status_view::select(rows, p.all, p.after.as_deref(), p.limit.map(|l| l as usize));
+        // Of the history only what can be listed: all of it for a page of `--all`, else
+        // its newest (older ones can never be among the newest finished).
+        let old: Box<dyn Iterator<Item = &GoalSummary>> = if p.all {
+            Box::new(st.history.iter())
+        } else {
+            Box::new(st.history.newest(status_view::RECENT_FINISHED))
+        };
+        let old = old.map(|g| Row {
+            id: &g.id,
+            state: g.state,
+            created_ms: g.created_ms,
+        });
+        let ids = status_view::select(
+            rows.chain(old),
+            p.all,
+            p.after.as_deref(),
+            p.limit.map(|l| l as usize),
+        );
         Ok(ids
             .into_iter()
-            .filter_map(|id| st.goals.get(id))
-            .map(|g| waiting::summary(&st, g, now))
+            .filter_map(|id| match st.goals.get(id) {
+                Some(g) => Some(waiting::summary(&st, g, now)),
+                None => st.history.get(id).cloned(),
+            })
             .collect())
     }
 }
