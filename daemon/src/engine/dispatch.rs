@@ -177,6 +177,13 @@ impl Engine {
             if let Some(rt) = st.goals.get_mut(goal) {
                 // A slot has at most one lease, so the slot names it.
                 rt.leases.retain(|l| l.slot != slot);
+                // Two leases that finish together can each see the other still leased,
+                // mark the goal exhausted "until the other's result" and end: the last
+                // one out clears the mark, so a lease looks again and completes the goal
+                // (take_work) instead of leaving it running with nothing in flight.
+                if rt.leases.is_empty() && rt.active.is_empty() {
+                    rt.exhausted = false;
+                }
             }
             let s = &mut st.slots[slot];
             if let Some(t) = s.leased_at.take() {
