@@ -2,8 +2,8 @@
 # Runs every test: the Rust checks (scripts/lint.sh: fmt, clippy, rust-version), the
 # Rust workspace (unit tests and the end-to-end tests that start the real kerneld and
 # kernelctl binaries, the kill-torture among them), a bounded fuzz run of the control
-# plane, then the Python harness and task tests
-# under Triton's interpreter (CPU). Installs what it needs on a fresh machine.
+# plane, and the Python harness and task tests under Triton's interpreter (CPU; they run
+# beside `cargo test`, their log printed at the end). Installs what it needs on a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each step says when it starts (seconds since this script began): CI has a time limit,
@@ -25,19 +25,39 @@ else
 fi
 step "cargo build (workspace)"
 cargo build --workspace --locked
-step "cargo test (workspace)"
-cargo test --workspace --locked
-# The control plane under libFuzzer, bounded (installs nightly and cargo-fuzz if missing;
-# scripts/fuzz.sh 600 for a longer run).
-step "fuzz rpc (${KERNELD_FUZZ_SECONDS:-60} s)"
-scripts/fuzz.sh "${KERNELD_FUZZ_SECONDS:-60}"
+# The Python suites are CPU work under Triton's interpreter, while much of `cargo test` waits
+# on daemons, Slurm and time-outs: they run beside it (CI has a time limit), into a log that
+# is printed when both are done.
+pylog=$(mktemp /tmp/kerneld-python-tests.XXXXXX.log)
+step "python tests start in the background (TRITON_INTERPRET=1, $KERNELD_PYTHON; log $pylog)"
+(
+    export TRITON_INTERPRET=1 CUDA_VISIBLE_DEVICES=""
+    # One pytest process per folder: each task's tests import their own `task` module.
+    status=0
+    for suite in kernels/harness kernels/mla kernels/kda; do
+        step "-- $suite"
+        "$KERNELD_PYTHON" -m pytest -q -p no:cacheprovider "$suite" || status=1
+    done
+    step "python tests done (exit $status)"
+    exit $status
+) > "$pylog" 2>&1 &
+py_pid=$!
+trap 'kill $py_pid 2>/dev/null; echo "== [$(date +%T), +${SECONDS}s] end (exit $?)"' EXIT
 
-step "python tests (TRITON_INTERPRET=1, $KERNELD_PYTHON)"
-export TRITON_INTERPRET=1 CUDA_VISIBLE_DEVICES=""
-# One pytest process per folder: each task's tests import their own `task` module.
-status=0
-for suite in kernels/harness kernels/mla kernels/kda; do
-    step "-- $suite"
-    "$KERNELD_PYTHON" -m pytest -q -p no:cacheprovider "$suite" || status=1
-done
-exit $status
+step "cargo test (workspace)"
+rust_status=0
+cargo test --workspace --locked || rust_status=1
+# The control plane under libFuzzer, bounded (installs nightly if missing;
+# scripts/fuzz.sh 600 for a longer run).
+if [ $rust_status -eq 0 ]; then
+    step "fuzz rpc (${KERNELD_FUZZ_SECONDS:-60} s)"
+    scripts/fuzz.sh "${KERNELD_FUZZ_SECONDS:-60}" || rust_status=1
+fi
+
+step "python tests: waiting for them"
+py_status=0
+wait $py_pid || py_status=1
+trap 'echo "== [$(date +%T), +${SECONDS}s] end (exit $?)"' EXIT
+cat "$pylog"
+rm -f "$pylog"
+[ $rust_status -eq 0 ] && [ $py_status -eq 0 ]
