@@ -46,6 +46,19 @@ pub async fn run(engine: Arc<Engine>, rebuild: Rebuild, hup: Arc<Notify>, stop: 
             }
         }
     });
+    // An edit made after the start read the file but before the watch began raised no
+    // event (seen in CI under load): read it once more now that changes are watched.
+    if _watcher.is_some() {
+        if let Ok(cfg) = rebuild() {
+            let changes = engine.reload(cfg);
+            if !changes.is_empty() {
+                tracing::info!(
+                    "the configuration file changed while kerneld started: configuration reloaded: {}",
+                    changes.join("; ")
+                );
+            }
+        }
+    }
     loop {
         let why = tokio::select! {
             _ = hup.notified() => "SIGHUP",
