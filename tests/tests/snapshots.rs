@@ -23,6 +23,13 @@ fn normalise(out: &str, dir: &Path) -> String {
     let mut s = out.replace(&dir.display().to_string(), "<DIR>");
     s = s.replace(&repo_root().display().to_string(), "<REPO>");
     let rules: &[(&str, &str)] = &[
+        // Where each evaluation's time went (issue #12): every figure is a timing.
+        (r"(?m)^  phases .*$", "  phases  <PHASES>"),
+        (r"\b\d+ evaluations/hour", "<N> evaluations/hour"),
+        (
+            r"(?m)^(ITER +TOTAL +STATIC.*)\n(^ +\d+ .*\n?)+",
+            "$1\n<PHASE ROWS>\n",
+        ),
         (r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}", "<TIME>"),
         (r"\b\d{2}:\d{2}:\d{2}\b", "<CLOCK>"),
         (r"\b[0-9a-f]{12}\b", "<CAND>"),
