@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 # Each step says when it starts (seconds since this script began): CI has a time limit,
 # and its log should show where the time goes.
 step() { echo "== [$(date +%T), +${SECONDS}s] $*"; }
-trap 'echo "== [$(date +%T), +${SECONDS}s] end (exit $?)"' EXIT
+# $? is read first: the $(date) below would reset it.
+trap 'rc=$?; echo "== [$(date +%T), +${SECONDS}s] end (exit $rc)"' EXIT
 source scripts/python-env.sh
 
 step "lint (fmt, clippy, rust-version)"
@@ -42,7 +43,7 @@ step "python tests start in the background (TRITON_INTERPRET=1, $KERNELD_PYTHON;
     exit $status
 ) > "$pylog" 2>&1 &
 py_pid=$!
-trap 'kill $py_pid 2>/dev/null; echo "== [$(date +%T), +${SECONDS}s] end (exit $?)"' EXIT
+trap 'rc=$?; kill $py_pid 2>/dev/null; echo "== [$(date +%T), +${SECONDS}s] end (exit $rc)"' EXIT
 
 step "cargo test (workspace)"
 rust_status=0
@@ -57,7 +58,7 @@ fi
 step "python tests: waiting for them"
 py_status=0
 wait $py_pid || py_status=1
-trap 'echo "== [$(date +%T), +${SECONDS}s] end (exit $?)"' EXIT
+trap 'rc=$?; echo "== [$(date +%T), +${SECONDS}s] end (exit $rc)"' EXIT
 cat "$pylog"
 rm -f "$pylog"
 [ $rust_status -eq 0 ] && [ $py_status -eq 0 ]
