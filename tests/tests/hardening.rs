@@ -336,3 +336,65 @@ impl Drop for Reap {
         let _ = self.0.wait();
     }
 }
+
+/// The sandbox trials (a Python start; in GPU mode CUDA inits, seconds) run beside the
+/// first requests: `status` answers while they run, and what needs their finding
+/// (`version`, an enqueue's admission) waits for it rather than failing.
+#[test]
+fn the_socket_answers_while_the_sandbox_trial_runs() {
+    let dir = TempDir::new("slowtrial");
+    let started = dir.path().join("probe-started");
+    let ended = dir.path().join("probe-ended");
+    // The real kerneld-sandbox, whose probe takes 6 s.
+    let slow = dir.path().join("slow-sandbox");
+    std::fs::write(
+        &slow,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = --probe ]; then touch {s}; sleep 6; touch {e}; fi\nexec {bin} \"$@\"\n",
+            s = started.display(),
+            e = ended.display(),
+            bin = binary("kerneld-sandbox").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&slow, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = dir.path().join("kerneld.toml");
+    std::fs::write(
+        &config,
+        format!("sandbox_binary = {:?}\n", slow.display().to_string()),
+    )
+    .unwrap();
+    let mut args = daemon_args(dir.path());
+    args.extend(["--config".into(), config.into_os_string()]);
+    let d = Daemon::spawn(dir.path(), &args, &[]);
+
+    let t0 = Instant::now();
+    let status = loop {
+        if let Ok(v) = try_call(&d.socket, wire::method::STATUS, json!({})) {
+            if v.get("result").is_some() {
+                break v;
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "{}", d.log_text());
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // (The trial may not even have begun: it runs on its own task.)
+    assert!(
+        !ended.exists(),
+        "status answered only after the trial: {status}"
+    );
+    // `version` reports the sandbox, so it waits for the trial's finding.
+    let version = d.call(wire::method::VERSION, json!({}));
+    assert!(
+        started.exists() && ended.exists(),
+        "version answered before the trial ended"
+    );
+    let sandbox = &version["sandbox"];
+    assert!(
+        sandbox["probe"]["landlock_abi"].is_u64(),
+        "the trial's probe is reported: {version}"
+    );
+    let id = enqueue(&d, &demo_goal(dir.path(), "after-trial", 1, ""));
+    assert!(!id.is_empty());
+    assert!(d.stop().success());
+}

@@ -168,8 +168,8 @@ pub struct Engine {
     /// HOOK(slurm): the Slurm slots (after the local ones, from `first_slurm` on).
     slurm: Option<Arc<crate::slurm::SlurmSlots>>,
     first_slurm: usize,
-    /// The evaluation sandbox as found at start (crate::sandbox).
-    pub(super) sandbox: crate::sandbox::Runtime,
+    /// The evaluation sandbox (crate::sandbox), found out once by `sandbox()`.
+    sandbox: tokio::sync::OnceCell<crate::sandbox::Runtime>,
 }
 
 /// What the scheduler calls on each tick, with a one-line status of the daemon.
@@ -236,14 +236,6 @@ impl Engine {
             map.insert(proj.id.clone(), GoalRt::new(proj));
         }
         let (events, _) = broadcast::channel(4096);
-        let sandbox = {
-            let cfg = cfg.clone();
-            // GPU mode: the start-up trial inits CUDA on one GPU (sandbox::widen).
-            let gpu = devices.devices().into_iter().find(|d| d.is_gpu);
-            tokio::task::spawn_blocking(move || crate::sandbox::Runtime::detect(&cfg, gpu.as_ref()))
-                .await?
-        };
-        sandbox.log();
         let engine = Arc::new(Engine {
             cfg: std::sync::RwLock::new(cfg),
             store,
@@ -264,7 +256,14 @@ impl Engine {
             started: Instant::now(),
             slurm,
             first_slurm,
-            sandbox,
+            sandbox: tokio::sync::OnceCell::new(),
+        });
+        // The sandbox trial starts now and runs beside the first requests.
+        tokio::spawn({
+            let engine = engine.clone();
+            async move {
+                engine.sandbox().await;
+            }
         });
         let mode = engine.devices.mode().to_string();
         // The log's last event is the last moment this daemon is known to have been alive
@@ -307,6 +306,30 @@ impl Engine {
         engine.commit(items).await?;
         engine.slurm_recover().await?; // HOOK(slurm)
         Ok(engine)
+    }
+
+    /// The evaluation sandbox. Found out once, by trials that start with the daemon: a
+    /// Python start under the judge policy, and in GPU mode CUDA inits along the widening
+    /// ladder (seconds). The socket answers meanwhile (`status`, `show`, `events` do not
+    /// need it); what does (an enqueue's admission, a worker, `version`, `gpus`) waits here.
+    pub(super) async fn sandbox(&self) -> &crate::sandbox::Runtime {
+        self.sandbox
+            .get_or_init(|| async {
+                let cfg = self.config().clone();
+                let gpu = self.devices.devices().into_iter().find(|d| d.is_gpu);
+                let trial_cfg = cfg.clone();
+                let found = tokio::task::spawn_blocking(move || {
+                    crate::sandbox::Runtime::detect(&trial_cfg, gpu.as_ref())
+                })
+                .await;
+                let rt = found.unwrap_or_else(|e| {
+                    let why = format!("the sandbox trial failed: {e}");
+                    crate::sandbox::Runtime::unavailable(&cfg, why)
+                });
+                rt.log();
+                rt
+            })
+            .await
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {

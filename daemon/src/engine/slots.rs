@@ -50,8 +50,9 @@ impl Engine {
         });
     }
 
-    pub(super) fn worker_spec(&self, slot: usize) -> WorkerSpec {
+    pub(super) async fn worker_spec(&self, slot: usize) -> WorkerSpec {
         let info = self.state.lock().unwrap().slots[slot].info.clone();
+        let sandbox = self.sandbox().await;
         WorkerSpec {
             python: self.config().python.clone(),
             script: self.config().worker_script(),
@@ -63,7 +64,7 @@ impl Engine {
             },
             start_timeout: self.config().worker_start_timeout,
             launcher: Vec::new(),
-            sandbox: self.sandbox.worker(&self.config(), slot, &info),
+            sandbox: sandbox.worker(&self.config(), slot, &info),
         }
     }
 
@@ -82,7 +83,7 @@ impl Engine {
         if worker.is_some() {
             return true;
         }
-        let mut spec = self.worker_spec(slot);
+        let mut spec = self.worker_spec(slot).await;
         // HOOK(slurm): a Slurm slot's worker runs under its job's srun. Not raced against
         // `cancel`: it watches it itself, and must record (and scancel) a job it asked for.
         let started = match self.slurm_launcher(slot, cancel).await {

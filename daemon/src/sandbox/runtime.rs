@@ -508,6 +508,23 @@ impl Runtime {
         r
     }
 
+    /// No sandbox: the trials could not run at all (`problem` says why).
+    pub fn unavailable(cfg: &Config, problem: String) -> Runtime {
+        Runtime {
+            status: SandboxStatus {
+                complete: false,
+                allow_unsandboxed: cfg.sandbox.allow_unsandboxed,
+                runner_uid: nix::unistd::getuid().as_raw(),
+                runner_user: nix::unistd::getuid().to_string(),
+                probe: None,
+                restricts: Vec::new(),
+                problems: vec![problem],
+            },
+            level: Level::Off,
+            bin: None,
+        }
+    }
+
     pub fn status(&self) -> SandboxStatus {
         self.status.clone()
     }

@@ -65,7 +65,8 @@ impl Engine {
         .await
         .map_err(internal)?
         .map_err(|e| rpc_err(code::INVALID_GOAL, e.to_string()))?;
-        self.sandbox
+        self.sandbox()
+            .await
             .admit(spec.agent.kind().as_str(), sent_seeds)
             .map_err(|e| rpc_err(code::PERMISSION_DENIED, e))?;
         let guard = self.commit_lock.lock().await;

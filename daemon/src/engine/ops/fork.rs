@@ -106,7 +106,8 @@ impl Engine {
         b.iterations = b.iterations.map(|n| n + carried.iterations);
         b.gpu_hours = b.gpu_hours.map(|h| h + carried.gpu_s / 3600.0);
         b.tokens = b.tokens.map(|t| t + carried.tokens);
-        self.sandbox
+        self.sandbox()
+            .await
             .admit(spec.agent.kind().as_str(), false)
             .map_err(|e| rpc_err(code::PERMISSION_DENIED, e))?;
 

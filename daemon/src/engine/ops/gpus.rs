@@ -3,7 +3,8 @@
 use crate::engine::*;
 
 impl Engine {
-    pub(crate) fn gpus(&self) -> GpusResult {
+    pub(crate) async fn gpus(&self) -> GpusResult {
+        let sandbox = self.sandbox().await.status();
         let st = self.state.lock().unwrap();
         let devices = st
             .slots
@@ -29,7 +30,7 @@ impl Engine {
             mode: self.devices.mode().into(),
             note: self.devices.note(),
             devices,
-            sandbox: Some(self.sandbox.status()),
+            sandbox: Some(sandbox),
         }
     }
 }

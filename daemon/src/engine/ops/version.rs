@@ -3,7 +3,8 @@
 use crate::engine::*;
 
 impl Engine {
-    pub(crate) fn version(&self) -> RpcResult<VersionResult> {
+    pub(crate) async fn version(&self) -> RpcResult<VersionResult> {
+        let sandbox = self.sandbox().await.status();
         Ok(VersionResult {
             version: env!("CARGO_PKG_VERSION").into(),
             protocol: PROTOCOL,
@@ -11,7 +12,7 @@ impl Engine {
             mode: self.devices.mode().into(),
             state_dir: self.config().state_dir.display().to_string(),
             last_seq: self.store.last_seq().map_err(internal)?,
-            sandbox: Some(self.sandbox.status()),
+            sandbox: Some(sandbox),
         })
     }
 }
