@@ -4,6 +4,7 @@
 #
 #   scripts/fuzz.sh          # 10 minutes
 #   scripts/fuzz.sh 60       # CI's bounded run
+#   scripts/fuzz.sh --build  # only build the target (scripts/test.sh does it beside the tests)
 #
 # fuzz/ is a cargo-fuzz project (`cargo +nightly fuzz run rpc` works too). This script
 # builds the same target without installing cargo-fuzz, which CI would otherwise compile
@@ -29,6 +30,7 @@ echo "== build the rpc fuzz target (nightly, $host, coverage instrumentation)"
 -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks" \
         cargo +nightly build --release --locked --target "$host" --bin rpc
 )
+[ "$secs" = --build ] && exit 0
 bin="fuzz/target/$host/release/rpc"
 corpus=$(mktemp -d /tmp/kd-fuzz-corpus.XXXXXX)
 trap 'rm -rf "$corpus"' EXIT
