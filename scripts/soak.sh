@@ -3,7 +3,7 @@
 # more SIGKILLs of the real daemon. Prints the test's figures (one JSON line) and writes
 # them to results/daemon/soak-<date>.json.
 #
-#   scripts/soak.sh                 # 10,000 kills (about 1 h 15 min on 2 cores)
+#   scripts/soak.sh                 # 10,000 kills
 #   KILLS=2000 scripts/soak.sh      # fewer
 #   SECONDS_LIMIT=900 scripts/soak.sh   # stop after 15 min, whatever the count
 #
@@ -13,14 +13,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/python-env.sh
 KILLS="${KILLS:-10000}"
-cargo build --workspace --locked
-exe=$(cargo test -p kerneld-e2e --test torture_kills --locked --no-run --message-format=json 2>/dev/null \
+# The release binaries, as installed; the test itself is built in release too.
+cargo build --release --workspace --locked
+exe=$(cargo test --release -p kerneld-e2e --test torture_kills --locked --no-run --message-format=json 2>/dev/null \
     | grep -o '"executable":"[^"]*torture_kills[^"]*"' | tail -1 | cut -d'"' -f4)
 soak=$(mktemp -d /tmp/kd-soak.XXXXXX)
 trap 'rm -rf "$soak"' EXIT
 mkdir -p "$soak/deps"
 cp "$exe" "$soak/deps/torture_kills"
-cp target/debug/kerneld target/debug/kernelctl "$soak/"
+target_dir="${CARGO_TARGET_DIR:-target}"
+cp "$target_dir/release/kerneld" "$target_dir/release/kernelctl" "$target_dir/release/kerneld-sandbox" "$soak/"
 echo "== soak: up to $KILLS kills${SECONDS_LIMIT:+, at most $SECONDS_LIMIT s} ($(nproc) cores, $(uname -r))"
 log="$soak/soak.log"
 KERNELD_TORTURE_KILLS="$KILLS" KERNELD_TORTURE_SECONDS="${SECONDS_LIMIT:-}" \
@@ -29,6 +31,7 @@ figures=$(grep -o 'torture figures: .*' "$log" | sed 's/^torture figures: //' | 
 [ -n "$figures" ] || { echo "no figures: the soak failed (log above)"; exit 1; }
 mkdir -p results/daemon
 out="results/daemon/soak-$(date -u +%Y%m%dT%H%MZ).json"
-printf '{"machine": "%s", "cores": %s, "figures": %s}\n' \
-    "$(uname -srm) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" "$(nproc)" "$figures" > "$out"
+printf '{"machine": "%s", "cores": %s, "commit": "%s", "binaries": "release", "figures": %s}\n' \
+    "$(uname -srm) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" "$(nproc)" \
+    "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$figures" > "$out"
 echo "figures written to $out"
