@@ -168,8 +168,10 @@ pub struct Engine {
     /// HOOK(slurm): the Slurm slots (after the local ones, from `first_slurm` on).
     slurm: Option<Arc<crate::slurm::SlurmSlots>>,
     first_slurm: usize,
-    /// The evaluation sandbox (crate::sandbox), found out once by `sandbox()`.
-    sandbox: tokio::sync::OnceCell<crate::sandbox::Runtime>,
+    /// The evaluation sandbox (crate::sandbox): set once by the trial task `start` spawns,
+    /// which then sends `true` on `sandbox_found`; read through `sandbox()`.
+    sandbox: std::sync::OnceLock<crate::sandbox::Runtime>,
+    sandbox_found: tokio::sync::watch::Receiver<bool>,
 }
 
 /// What the scheduler calls on each tick, with a one-line status of the daemon.
@@ -236,6 +238,7 @@ impl Engine {
             map.insert(proj.id.clone(), GoalRt::new(proj));
         }
         let (events, _) = broadcast::channel(4096);
+        let (sandbox_found_tx, sandbox_found) = tokio::sync::watch::channel(false);
         let engine = Arc::new(Engine {
             cfg: std::sync::RwLock::new(cfg),
             store,
@@ -256,13 +259,28 @@ impl Engine {
             started: Instant::now(),
             slurm,
             first_slurm,
-            sandbox: tokio::sync::OnceCell::new(),
+            sandbox: std::sync::OnceLock::new(),
+            sandbox_found,
         });
-        // The sandbox trial starts now and runs beside the first requests.
+        // The sandbox trials start now, on a task of their own (no caller's cancellation
+        // can cut them short), and run beside the first requests.
         tokio::spawn({
             let engine = engine.clone();
             async move {
-                engine.sandbox().await;
+                let cfg = engine.config().clone();
+                let gpu = engine.devices.devices().into_iter().find(|d| d.is_gpu);
+                let trial_cfg = cfg.clone();
+                let found = tokio::task::spawn_blocking(move || {
+                    crate::sandbox::Runtime::detect(&trial_cfg, gpu.as_ref())
+                })
+                .await
+                .unwrap_or_else(|e| {
+                    let why = format!("the sandbox trial failed: {e}");
+                    crate::sandbox::Runtime::unavailable(&cfg, why)
+                });
+                found.log();
+                let _ = engine.sandbox.set(found);
+                let _ = sandbox_found_tx.send(true);
             }
         });
         let mode = engine.devices.mode().to_string();
@@ -313,23 +331,13 @@ impl Engine {
     /// ladder (seconds). The socket answers meanwhile (`status`, `show`, `events` do not
     /// need it); what does (an enqueue's admission, a worker, `version`, `gpus`) waits here.
     pub(super) async fn sandbox(&self) -> &crate::sandbox::Runtime {
-        self.sandbox
-            .get_or_init(|| async {
-                let cfg = self.config().clone();
-                let gpu = self.devices.devices().into_iter().find(|d| d.is_gpu);
-                let trial_cfg = cfg.clone();
-                let found = tokio::task::spawn_blocking(move || {
-                    crate::sandbox::Runtime::detect(&trial_cfg, gpu.as_ref())
-                })
-                .await;
-                let rt = found.unwrap_or_else(|e| {
-                    let why = format!("the sandbox trial failed: {e}");
-                    crate::sandbox::Runtime::unavailable(&cfg, why)
-                });
-                rt.log();
-                rt
-            })
-            .await
+        let mut found = self.sandbox_found.clone();
+        // Err: the trial task is gone without a finding (the runtime is shutting down).
+        let _ = found.wait_for(|&done| done).await;
+        self.sandbox.get_or_init(|| {
+            let why = "the sandbox trial did not finish".to_string();
+            crate::sandbox::Runtime::unavailable(&self.config(), why)
+        })
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
