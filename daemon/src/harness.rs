@@ -114,8 +114,9 @@ impl Worker {
             .kill_on_drop(true);
         let max_files = spec.max_files;
         let max_as = spec.max_address_space;
-        // SAFETY: only async-signal-safe calls (setrlimit, open, write, close) between
-        // fork and exec. The sandbox sets its limits again; these hold when it is off.
+        let daemon_pid = std::process::id() as libc::pid_t;
+        // SAFETY: only async-signal-safe calls (setrlimit, open, write, close, prctl,
+        // getppid) between fork and exec. The sandbox sets its limits again; these hold when it is off.
         unsafe {
             cmd.pre_exec(move || {
                 use nix::sys::resource::{setrlimit, Resource};
@@ -130,6 +131,21 @@ impl Worker {
                 if fd >= 0 {
                     let _ = libc::write(fd, b"500".as_ptr().cast(), 3);
                     libc::close(fd);
+                }
+                // The worker dies with the daemon, even one that never sees its pipes close
+                // (a SIGKILL of the daemon while the worker starts left one running in the
+                // kill-torture). The signal comes when the forking thread ends: a runtime
+                // worker thread, which lives as long as the daemon. kerneld-sandbox sets it
+                // again after its uid switch, which clears it. A daemon already gone: no start.
+                libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                );
+                if libc::getppid() != daemon_pid {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
                 }
                 Ok(())
             });

@@ -107,14 +107,6 @@ fn open_db(path: &Path) -> Result<Database, StoreError> {
     }
 }
 
-/// Every commit saves redb's allocator state (and is two-phase), so that opening the file
-/// after a crash takes milliseconds instead of a walk over the whole file: without it, a
-/// SIGKILL with a log of 1,000,000 events cost the next start 2.1 s (results/daemon/BENCH.md),
-/// growing with the log. The price is a second fsync per commit.
-fn quick_repair(tx: &mut redb::WriteTransaction) {
-    tx.set_quick_repair(true);
-}
-
 /// An event before it is committed: the store gives it its sequence number and time.
 #[derive(Debug, Clone)]
 pub struct NewEvent {
@@ -193,8 +185,7 @@ impl Store {
             broken: std::sync::Mutex::new(None),
         };
         // Create every table once so readers never meet a missing one.
-        let mut tx = store.db.begin_write().map_err(|e| db_err(path, e))?;
-        quick_repair(&mut tx);
+        let tx = store.db.begin_write().map_err(|e| db_err(path, e))?;
         {
             tx.open_table(EVENTS).map_err(|e| db_err(path, e))?;
             tx.open_table(GOAL_EVENTS).map_err(|e| db_err(path, e))?;
@@ -254,8 +245,7 @@ impl Store {
             return Err(e);
         }
         let outcome = (|| {
-            let mut tx = self.db.begin_write().map_err(|e| self.err(e))?;
-            quick_repair(&mut tx);
+            let tx = self.db.begin_write().map_err(|e| self.err(e))?;
             let out = f(&tx)?;
             tx.commit().map_err(|e| self.err(e))?;
             Ok(out)

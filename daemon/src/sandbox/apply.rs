@@ -66,7 +66,10 @@ fn apply(o: &Options, warnings: &mut Warnings) -> Result<(), SetupError> {
     // user may not even traverse the directories above them.
     let rules = open_rules(o)?;
     limits(o)?;
+    let death_signal = parent_death_signal();
+    let parent = nix::unistd::getppid();
     switch_user(o)?;
+    restore_parent_death_signal(death_signal, parent)?;
     // SAFETY: plain prctl calls with integer arguments.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return fail("no_new_privs", std::io::Error::last_os_error().to_string());
@@ -134,6 +137,41 @@ fn limits(o: &Options) -> Result<(), SetupError> {
 }
 
 /// setgroups([]) + gid + uid (all three ids each), then no capability survives exec.
+/// The parent-death signal the caller set (the daemon sets SIGKILL on its workers); 0: none.
+fn parent_death_signal() -> libc::c_int {
+    let mut signal: libc::c_int = 0;
+    // SAFETY: PR_GET_PDEATHSIG writes one int through the pointer.
+    unsafe {
+        libc::prctl(
+            libc::PR_GET_PDEATHSIG,
+            &mut signal as *mut libc::c_int,
+            0,
+            0,
+            0,
+        )
+    };
+    signal
+}
+
+/// A uid switch clears the parent-death signal: set it again, and stop if the parent
+/// died meanwhile (the signal would never come).
+fn restore_parent_death_signal(
+    signal: libc::c_int,
+    parent: nix::unistd::Pid,
+) -> Result<(), SetupError> {
+    if signal == 0 {
+        return Ok(());
+    }
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong, 0, 0, 0) } != 0 {
+        return fail("pdeathsig", std::io::Error::last_os_error().to_string());
+    }
+    if nix::unistd::getppid() != parent {
+        return fail("pdeathsig", "the parent process is gone");
+    }
+    Ok(())
+}
+
 fn switch_user(o: &Options) -> Result<(), SetupError> {
     use nix::unistd::{getgid, getgroups, getuid, setgroups, setresgid, setresuid, Gid, Uid};
     if let (Some(uid), Some(gid)) = (o.uid, o.gid) {
