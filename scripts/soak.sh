@@ -28,7 +28,14 @@ log="$soak/soak.log"
 KERNELD_TORTURE_KILLS="$KILLS" KERNELD_TORTURE_SECONDS="${SECONDS_LIMIT:-}" \
     "$soak/deps/torture_kills" --nocapture 2>&1 | tee "$log" | grep -E "torture figures|panicked|test result"
 figures=$(grep -o 'torture figures: .*' "$log" | sed 's/^torture figures: //' | tail -1)
-[ -n "$figures" ] || { echo "no figures: the soak failed (log above)"; exit 1; }
+if [ -z "$figures" ]; then
+    # The test's whole message (with the daemon's log) is what says why.
+    kept="/tmp/kerneld-soak-failed-$(date -u +%Y%m%dT%H%M%SZ).log"
+    cp "$log" "$kept"
+    grep -A40 panicked "$log" | head -80
+    echo "no figures: the soak failed; its whole log is in $kept"
+    exit 1
+fi
 mkdir -p results/daemon
 out="results/daemon/soak-$(date -u +%Y%m%dT%H%MZ).json"
 printf '{"machine": "%s", "cores": %s, "commit": "%s", "binaries": "release", "figures": %s}\n' \
