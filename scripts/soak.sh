@@ -27,7 +27,7 @@ echo "== soak: up to $KILLS kills${SECONDS_LIMIT:+, at most $SECONDS_LIMIT s} ($
 log="$soak/soak.log"
 KERNELD_TORTURE_KILLS="$KILLS" KERNELD_TORTURE_SECONDS="${SECONDS_LIMIT:-}" \
     "$soak/deps/torture_kills" --nocapture 2>&1 | tee "$log" | grep -E "torture figures|panicked|test result" || true
-figures=$(grep -o 'torture figures: .*' "$log" | sed 's/^torture figures: //' | tail -1)
+figures=$(grep -o 'torture figures: .*' "$log" | sed 's/^torture figures: //' | tail -1 || true)
 if [ -z "$figures" ]; then
     # The test's whole message (with the daemon's log) is what says why.
     kept="/tmp/kerneld-soak-failed-$(date -u +%Y%m%dT%H%M%SZ).log"
