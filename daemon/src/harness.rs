@@ -116,7 +116,8 @@ impl Worker {
         let max_as = spec.max_address_space;
         let daemon_pid = std::process::id() as libc::pid_t;
         // SAFETY: only async-signal-safe calls (setrlimit, open, write, close, prctl,
-        // getppid) between fork and exec. The sandbox sets its limits again; these hold when it is off.
+        // getppid) between fork and exec. The sandbox sets its limits again; these hold
+        // when it is off.
         unsafe {
             cmd.pre_exec(move || {
                 use nix::sys::resource::{setrlimit, Resource};

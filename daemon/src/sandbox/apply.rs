@@ -136,7 +136,6 @@ fn limits(o: &Options) -> Result<(), SetupError> {
     Ok(())
 }
 
-/// setgroups([]) + gid + uid (all three ids each), then no capability survives exec.
 /// The parent-death signal the caller set (the daemon sets SIGKILL on its workers); 0: none.
 fn parent_death_signal() -> libc::c_int {
     let mut signal: libc::c_int = 0;
@@ -172,6 +171,7 @@ fn restore_parent_death_signal(
     Ok(())
 }
 
+/// setgroups([]) + gid + uid (all three ids each), then no capability survives exec.
 fn switch_user(o: &Options) -> Result<(), SetupError> {
     use nix::unistd::{getgid, getgroups, getuid, setgroups, setresgid, setresuid, Gid, Uid};
     if let (Some(uid), Some(gid)) = (o.uid, o.gid) {
