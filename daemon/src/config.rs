@@ -8,6 +8,14 @@ use serde::Deserialize;
 
 use crate::goal::parse_duration;
 
+/// Candidates kept prepared per slot (engine/ahead.rs). A new configuration's Triton
+/// compile takes seconds of one core against about one second of GPU work per evaluation
+/// (issue #12's H200 figures), so a few compile side by side; each is a runner process
+/// with its own CUDA context.
+const DEFAULT_COMPILE_AHEAD_DEPTH: usize = 6;
+/// Each prepared runner holds a CUDA context (about 0.5 GB of GPU memory) and a process.
+const MAX_COMPILE_AHEAD_DEPTH: usize = 16;
+
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Holds `kerneld.redb` and `sources/` (candidate files the workers load).
@@ -41,6 +49,9 @@ pub struct Config {
     /// Compile-ahead (issue #12, engine/ahead.rs): the next candidate's runner starts and
     /// imports it while the current one is timed, for agents that can propose ahead.
     pub compile_ahead: bool,
+    /// How many candidates each slot keeps prepared (started, imported, compiled) ahead of
+    /// its evaluations; each is a runner process with a CUDA context, compiling on a core.
+    pub compile_ahead_depth: usize,
     /// Multiplies every back-off after a transient agent-endpoint failure (Retry-After
     /// included); 1 in production, tiny in tests that compress hours of 429s.
     pub agent_backoff_scale: f64,
@@ -110,6 +121,7 @@ struct RawConfig {
     llm_keys: Option<std::collections::BTreeMap<String, String>>,
     max_attempts: Option<u32>,
     compile_ahead: Option<bool>,
+    compile_ahead_depth: Option<usize>,
     agent_backoff_scale: Option<f64>,
     slurm: Option<crate::slurm::RawSlurmConfig>,
     runner_user: Option<String>,
@@ -144,6 +156,7 @@ impl Config {
             llm_keys: Default::default(),
             max_attempts: 3,
             compile_ahead: true,
+            compile_ahead_depth: DEFAULT_COMPILE_AHEAD_DEPTH,
             agent_backoff_scale: 1.0,
             config_file: None,
             slurm: None,
@@ -215,6 +228,16 @@ impl Config {
         }
         if let Some(v) = raw.compile_ahead {
             self.compile_ahead = v;
+        }
+        if let Some(v) = raw.compile_ahead_depth {
+            if v > MAX_COMPILE_AHEAD_DEPTH {
+                return Err(format!(
+                    "{}: `compile_ahead_depth` must be 0 to {MAX_COMPILE_AHEAD_DEPTH} (candidates kept \
+                     prepared per slot), not {v}",
+                    file.display()
+                ));
+            }
+            self.compile_ahead_depth = v;
         }
         if let Some(v) = raw.agent_backoff_scale {
             if !(v.is_finite() && v > 0.0) {

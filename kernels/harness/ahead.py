@@ -11,12 +11,18 @@ Isolation is unchanged: a prepared runner is an ordinary fresh runner (own sandb
 one candidate, never reused); it has only run the candidate's import earlier. The judge never
 imports the candidate. At most one runner is prepared per judge.
 
-What is not taken ahead: Triton compiles on a kernel's first call with real arguments, which
-needs the GPU (and inputs only the judge owns), so `compile` stays on the critical path; what
-moves off it is the runner's start (when the spare was not ready), the static checks and the
-import. A candidate's import-time code runs while another candidate is timed: it can at most
-disturb that timing (candidate and baseline alternate, so both sides are hit, and a would-be
-best is re-timed in a fresh runner, with no prepare in flight, before it counts).
+Compile ahead: once imported, a prepared runner also gets a `warm` request (warmup.py): the
+candidate's entry is called on tensors of every shape its evaluation uses, with each Triton
+launch turned into a compile, so the kernels are compiled on a CPU core while the GPU times
+another candidate; the evaluation's first calls then launch at once. A candidate's import- and
+warm-up-time code runs while another candidate is timed: it can at most disturb that timing
+(candidate and baseline alternate, so both sides are hit, and a would-be best is re-timed in a
+fresh runner, with no prepare in flight, before it counts). A runner whose warm-up crashed or
+timed out is dropped: its evaluation starts a fresh runner as if nothing had been prepared.
+
+How many are held: the daemon keeps `depth` candidates prepared per slot (kerneld.toml
+`compile_ahead_depth`) and says so in each `prepare`; the judge holds one more than that (the
+one being evaluated) and drops the oldest beyond it.
 """
 from __future__ import annotations
 
@@ -26,9 +32,11 @@ import threading
 import time
 
 from . import runner_protocol as rp
+from . import warmup
 from .spawn import Pool, Runner, RunnerDied
 
 LOAD_TIMEOUT_S = 600.0
+MAX_DEPTH = 16          # a bound on what a daemon may ask to hold: each is a process with a CUDA context
 
 
 def key(task_dir: str, src: str, config) -> str:
@@ -40,16 +48,19 @@ def key(task_dir: str, src: str, config) -> str:
 class Prepared:
     """One runner loaded ahead in a thread: `wait()` gives (runner, load reply | RunnerDied, seconds)."""
 
-    def __init__(self, k: str, runner: Runner, load: rp.Load):
+    def __init__(self, k: str, runner: Runner, load: rp.Load, warm=None):
         self.key, self.runner = k, runner
         self.reply: rp.Reply | None = None
         self.error: RunnerDied | None = None
+        self.unusable = False  # the warm-up broke the runner: the evaluation takes a fresh one
         self.start_s = 0.0     # the runner's start this evaluation did not wait for
         self.import_s = 0.0    # the load (import) done ahead
-        self._t = threading.Thread(target=self._run, args=(load,), name="prepare", daemon=True)
+        self.warm_s = 0.0      # the compile-only warm-up done ahead
+        self.warm_note: str | None = None
+        self._t = threading.Thread(target=self._run, args=(load, warm), name="prepare", daemon=True)
         self._t.start()
 
-    def _run(self, load: rp.Load):
+    def _run(self, load: rp.Load, warm):
         try:
             t0 = time.perf_counter()
             self.runner.wait_ready()
@@ -59,8 +70,34 @@ class Prepared:
             self.import_s = time.perf_counter() - t1
         except RunnerDied as e:
             self.error = e
+            return
         except Exception as e:  # a harness bug must not kill the judge's thread silently
             self.error = RunnerDied("crashed", f"preparing the runner failed: {type(e).__name__}: {e}")
+            return
+        if warm is None or self.reply.failure is not None:
+            return
+        t2 = time.perf_counter()
+        try:
+            calls = warm()   # the judge's specs (warmup.warm_calls), built here: off the critical path
+        except Exception as e:  # the task's make_inputs: the runner is fine, only not warmed
+            self.warm_note = f"no warm-up: the task's inputs: {type(e).__name__}: {str(e)[:300]}"
+            return
+        if not calls:
+            return
+        try:
+            rep = self.runner.request(rp.Warm(0, calls), warmup.WARM_TIMEOUT_S)
+        except RunnerDied as e:
+            self.unusable, self.warm_note = True, f"warm-up: {e.kind}: {e.message[:300]}"
+            return
+        except Exception as e:
+            self.unusable, self.warm_note = True, f"warm-up failed: {type(e).__name__}: {str(e)[:300]}"
+            return
+        finally:
+            self.warm_s = time.perf_counter() - t2
+        if rep.failure is not None:   # rejected: a flag or timer changed while warming up
+            self.reply = rep
+        else:
+            self.warm_note = rep.error
 
     def wait(self):
         self._t.join()
@@ -82,23 +119,25 @@ class Ahead:
     are prepared, or when the judge stops.
     """
 
-    MAX_PREPARED = 2
+    MAX_PREPARED = 2   # with depth 1 (the daemon's default before `ahead` was sent)
 
     def __init__(self):
         self.held: list[Prepared] = []
 
-    def prepare(self, k: str, load: rp.Load, pool: Pool) -> None:
+    def prepare(self, k: str, load: rp.Load, pool: Pool, depth: int = 1, warm=None) -> None:
         for p in [p for p in self.held if p.key == k]:
             self.held.remove(p)
             p.discard()
-        while len(self.held) >= self.MAX_PREPARED:
+        cap = max(self.MAX_PREPARED, min(int(depth), MAX_DEPTH) + 1)
+        while len(self.held) >= cap:
             self.held.pop(0).discard()
         # The warm spare becomes this candidate's runner; the next spare is started once a
         # prepared runner is taken by its evaluation (runners starting at once slow each other).
-        self.held.append(Prepared(k, pool.take(), load))
+        self.held.append(Prepared(k, pool.take(), load, warm))
 
     def take(self, k: str):
-        """The prepared (runner, reply | RunnerDied, start_s, import_s) for key `k`, or None."""
+        """The prepared (runner, reply | RunnerDied, start_s, import_s + warm_s, warm note) for
+        key `k`, or None (none prepared, or its warm-up broke it: then it is killed here)."""
         p = next((p for p in self.held if p.key == k), None)
         if p is None:
             return None
@@ -108,7 +147,10 @@ class Ahead:
         except BaseException:  # SIGINT (an abandoned request) while waiting: nothing may leak
             p.discard()
             raise
-        return runner, reply, p.start_s, p.import_s
+        if p.unusable:
+            p.discard()
+            return None
+        return runner, reply, p.start_s, p.import_s + p.warm_s, p.warm_note
 
     def discard(self):
         while self.held:

@@ -19,6 +19,7 @@ from . import device as dev
 from . import profiling as prof
 from . import runner_protocol as rp
 from . import static_check
+from . import warmup
 from .correctness import CheckFailure, FatalCudaError
 from .judge_battery import run_battery
 from .ref_pool import RefPool
@@ -157,10 +158,32 @@ def prepare(req: dict, pool: Pool | None = None) -> dict:
     config = req.get("config") or {}
     if not isinstance(config, dict):
         raise RequestError("`config` must be an object")
+    shapes = req.get("shapes") or None
+    if shapes is not None and (not isinstance(shapes, list) or not all(isinstance(s, str) for s in shapes)):
+        raise RequestError("`shapes` must be a list of shape names")
+    depth = req.get("ahead", 1)
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise RequestError("`ahead` must be a positive integer")
     if _static(src, task):
         return {"accepted": False, "message": "the static checks reject it (its evaluation says why)"}
-    AHEAD.prepare(ahead.key(req["task_dir"], src, config), _load(src, task, config), pool or POOL)
+    cpu = dev.cpu_mode()
+    try:
+        _, checked = task.resolve_shapes(shapes, cpu)
+    except TaskError as e:
+        raise RequestError(str(e))
+    warm = None
+    if _warm_up(cpu):
+        def warm():
+            return warmup.warm_calls(task, checked, low_dtype(cpu))
+    AHEAD.prepare(ahead.key(req["task_dir"], src, config), _load(src, task, config), pool or POOL, depth, warm)
     return {"accepted": True, "message": None}
+
+
+def _warm_up(cpu: bool) -> bool:
+    """KERNELD_WARM_UP: auto (the default: on the GPU, where Triton compiles; the interpreter
+    compiles nothing and would only run the kernels twice), 1 (always: the CPU tests), 0 (never)."""
+    v = os.environ.get("KERNELD_WARM_UP", "auto")
+    return v == "1" or (v == "auto" and not cpu)
 
 
 def _allowed_aten(task) -> list:
@@ -232,8 +255,10 @@ def evaluate(req: dict, pool: Pool | None = None) -> dict:
         # A re-time leaves a prepared runner for the next candidate in place.
         prepared = None if retime else AHEAD.take(ahead.key(req["task_dir"], src, config_req))
     if prepared is not None:
-        runner, pre, start_s, import_s = prepared
+        runner, pre, start_s, import_s, warm_note = prepared
         phases.add("ahead", start_s + import_s)
+        if warm_note:
+            ran["warm_up"] = warm_note
         pool.prestart()
         ready = runner.ready
         if ready is None:

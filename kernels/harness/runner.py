@@ -105,6 +105,8 @@ class _State:
             return self.map(req)
         if self.fn is None:
             return rp.reply(req.id, False, error="no candidate loaded")
+        if op == "warm":
+            return self.warm(req)
         if op == "call":
             return self.call(req)
         if op == "time":
@@ -248,6 +250,43 @@ class _State:
             fail = rp.Failure("rejected", f"rejected [timer] {req.where}: the candidate replaced {', '.join(bad)}",
                               "timer")
         return rp.reply(req.id, fail is None, fail, seconds=secs, integrity=bad or None)
+
+    def warm(self, req):
+        """Compile ahead (warmup.py): every call under compile-only, on the runner's own tensors.
+        A candidate exception is not a failure here (the data is not real); a changed global
+        flag or timer function is, as at import: it would outlast the warm-up."""
+        from harness import runner_protocol as rp
+        from harness import timing
+        from harness import warmup
+        device = "cpu" if self.cpu else "cuda"
+        t0 = time.perf_counter()
+        flags = timing._torch_flags()
+        notes = []
+        for c in req.calls:
+            try:
+                ins = {k: warmup.allocate(v, device) for k, v in c["inputs"].items()}
+                outs = {k: warmup.allocate(v, device) for k, v in c["outputs"].items()}
+            except (RuntimeError, ValueError, TypeError) as e:
+                notes.append(f"{c['where']}: allocating: {type(e).__name__}: {str(e)[:200]}")
+                continue
+            ins.update(c["scalars"])
+            with warmup.compile_only():
+                fail = self._one(ins, outs, c["where"], self._sync())
+            if fail is not None and fail.rule in ("introspection",):
+                return rp.reply(req.id, False, fail)
+            if fail is not None:
+                notes.append(f"{c['where']}: {fail.message[:300]}")
+            del ins, outs
+        changed = [] if self.skip_flags else timing.flag_changes(flags)
+        if changed:
+            return rp.reply(req.id, False, rp.Failure(
+                "rejected", f"rejected [introspection] warming up the candidate changed PyTorch global state "
+                f"({', '.join(changed)})", "introspection"))
+        bad = timing.integrity_violations()
+        if bad:
+            return rp.reply(req.id, False, rp.Failure(
+                "rejected", f"rejected [timer] warming up the candidate replaced {', '.join(bad)}", "timer"))
+        return rp.reply(req.id, seconds=time.perf_counter() - t0, error="; ".join(notes)[:2000] or None)
 
     def time(self, req):
         from harness import runner_protocol as rp

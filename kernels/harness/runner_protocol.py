@@ -5,7 +5,7 @@ JSON (never pickle) and validated here field by field; anything else is a protoc
 (the runner is killed; class `error`, rule `runner-protocol`). The golden examples in
 protocol/golden/runner/*.json are checked against these definitions by the Python tests.
 
-Judge -> runner requests (`op`): load, map, call, time, profile, ping, exit.
+Judge -> runner requests (`op`): load, warm, map, call, time, profile, ping, exit.
 Runner -> judge: one `ready` line, then exactly one reply per request, echoing `id`.
 """
 from __future__ import annotations
@@ -145,6 +145,43 @@ class Profile:
 
 
 @dataclass
+class Warm:
+    """Compile ahead (warmup.py): call the candidate once per entry of `calls` on tensors the
+    runner allocates itself, every Triton launch a compile only. A call: {where, inputs,
+    outputs, scalars}, where inputs / outputs map names to a TensorSpec ({shape, dtype,
+    values?}). Nothing is timed or checked; the reply says how long it took."""
+    op = "warm"
+    id: int
+    calls: list
+
+
+MAX_WARM_CALLS = 64
+MAX_WARM_VALUES = 1 << 20   # values per tensor (warmup.INT_VALUES_MAX_NUMEL)
+
+
+def _tensor_spec(d: Any, where: str) -> dict:
+    if not isinstance(d, dict):
+        raise ProtocolError(f"{where}: a tensor spec must be an object")
+    shape = _req(d, "shape", list, where)
+    dt = _req(d, "dtype", str, where)
+    if dt not in DTYPES or len(shape) > 8 or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                     for s in shape):
+        raise ProtocolError(f"{where}: bad tensor spec {str(d)[:200]}")
+    out = {"shape": list(shape), "dtype": dt}
+    vals = d.get("values")
+    if vals is not None:
+        n = 1
+        for s in shape:
+            n *= s
+        if not isinstance(vals, list) or len(vals) != n or n > MAX_WARM_VALUES:
+            raise ProtocolError(f"{where}: `values` must list the tensor's {n} elements (at most {MAX_WARM_VALUES})")
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vals):
+            raise ProtocolError(f"{where}: `values` must be numbers")
+        out["values"] = vals
+    return out
+
+
+@dataclass
 class Ping:
     op = "ping"
     id: int
@@ -156,7 +193,7 @@ class Exit:
     id: int
 
 
-REQUESTS = {c.op: c for c in (Load, Map, Call, Time, Profile, Ping, Exit)}
+REQUESTS = {c.op: c for c in (Load, Warm, Map, Call, Time, Profile, Ping, Exit)}
 
 
 def _keys(d, where, key):
@@ -193,6 +230,21 @@ def parse_request(line: str | bytes) -> Any:
             _keys(c.get("outputs"), where, "outputs")
         return Time(rid, calls, float(_req(d, "hold_us", (int, float), where)), bool(d.get("flush", True)),
                     bool(d.get("warmup", False)), dict(d.get("scalars") or {}))
+    if op == "warm":
+        calls = _req(d, "calls", list, where)
+        if len(calls) > MAX_WARM_CALLS:
+            raise ProtocolError(f"{where}: at most {MAX_WARM_CALLS} calls")
+        out = []
+        for i, c in enumerate(calls):
+            w = f"{where} call {i}"
+            if not isinstance(c, dict):
+                raise ProtocolError(f"{w}: must be an object")
+            ins, outs = _req(c, "inputs", dict, w), _req(c, "outputs", dict, w)
+            out.append({"where": str(c.get("where") or f"warm-up {i}")[:200],
+                        "inputs": {str(k): _tensor_spec(v, f"{w} input {k}") for k, v in ins.items()},
+                        "outputs": {str(k): _tensor_spec(v, f"{w} output {k}") for k, v in outs.items()},
+                        "scalars": dict(c.get("scalars") or {})})
+        return Warm(rid, out)
     if op == "profile":
         return Profile(rid, _keys(d.get("inputs"), where, "inputs"), _keys(d.get("outputs"), where, "outputs"),
                        dict(d.get("scalars") or {}))

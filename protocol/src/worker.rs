@@ -66,6 +66,18 @@ pub struct Prepare {
     pub task_dir: String,
     pub candidate: String,
     pub config: Value,
+    /// The shapes its `evaluate` will time (the goal's), so the runner compiles for those
+    /// (and the held-out ones) ahead; empty: the task's defaults.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shapes: Vec<String>,
+    /// How many candidates the daemon keeps prepared for this worker (the judge holds one
+    /// more: the one being evaluated). Absent from older daemons: 1.
+    #[serde(default = "one")]
+    pub ahead: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// `prepare`'s answer: whether a runner is being prepared (a candidate the static checks
@@ -239,8 +251,9 @@ pub struct Phases {
     /// Inputs and outputs between judge and runner.
     #[serde(default)]
     pub transfers: f64,
-    /// Off the critical path: the start and import of a runner prepared while the
-    /// previous candidate was timed (`prepare`); not part of the evaluation's time.
+    /// Off the critical path: the start, import and compile-only warm-up (Triton compiles)
+    /// of a runner prepared while earlier candidates were timed (`prepare`); not part of
+    /// the evaluation's time.
     #[serde(default)]
     pub ahead: f64,
     /// The daemon's share before this evaluation: from the previous result on the same

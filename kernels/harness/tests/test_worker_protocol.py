@@ -15,8 +15,9 @@ SEED = str(DEMO / "seeds" / "tiled.py")
 
 
 class Worker:
-    def __init__(self, cwd="/"):
-        env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="", NOTIFY_SOCKET="/dev/null")
+    def __init__(self, cwd="/", **extra_env):
+        env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="", NOTIFY_SOCKET="/dev/null",
+                   **extra_env)
         self.p = subprocess.Popen([sys.executable, "-u", str(WORKER)], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env,
                                   start_new_session=True)
