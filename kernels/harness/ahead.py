@@ -17,7 +17,7 @@ launch turned into a compile, so the kernels are compiled on a CPU core while th
 another candidate; the evaluation's first calls then launch at once. A candidate's import- and
 warm-up-time code runs while another candidate is timed: it can at most disturb that timing
 (candidate and baseline alternate, so both sides are hit, and a would-be best is re-timed in a
-fresh runner, with no prepare in flight, before it counts). A runner whose warm-up crashed or
+fresh runner before it counts, once every prepared runner is quiet: `settle`). A runner whose warm-up crashed or
 timed out is dropped: its evaluation starts a fresh runner as if nothing had been prepared.
 
 How many are held: the daemon keeps `depth` candidates prepared per slot (kerneld.toml
@@ -36,6 +36,7 @@ from . import warmup
 from .spawn import Pool, Runner, RunnerDied
 
 LOAD_TIMEOUT_S = 600.0
+SETTLE_TIMEOUT_S = 60.0   # a re-time waits at most this long for prepared runners to go quiet
 MAX_DEPTH = 16          # a bound on what a daemon may ask to hold: each is a process with a CUDA context
 
 
@@ -151,6 +152,18 @@ class Ahead:
             p.discard()
             return None
         return runner, reply, p.start_s, p.import_s + p.warm_s, p.warm_note
+
+    def settle(self, timeout_s: float = SETTLE_TIMEOUT_S) -> float:
+        """Wait until no prepared runner is still starting, importing or warming up (a re-time
+        is measured with no candidate code running beside it); one still busy after the
+        timeout is dropped. Returns the seconds waited."""
+        t0 = time.perf_counter()
+        for p in list(self.held):
+            p._t.join(max(0.0, timeout_s - (time.perf_counter() - t0)))
+            if p._t.is_alive():
+                self.held.remove(p)
+                p.discard()
+        return time.perf_counter() - t0
 
     def discard(self):
         while self.held:

@@ -252,7 +252,10 @@ def evaluate(req: dict, pool: Pool | None = None) -> dict:
 
     pool = pool or POOL
     with phases("runner_wait"):
-        # A re-time leaves a prepared runner for the next candidate in place.
+        # A re-time leaves the prepared runners for the next candidates in place, but is
+        # measured only once none of them runs candidate code (import, warm-up) beside it.
+        if retime:
+            AHEAD.settle()
         prepared = None if retime else AHEAD.take(ahead.key(req["task_dir"], src, config_req))
     if prepared is not None:
         runner, pre, start_s, import_s, warm_note = prepared

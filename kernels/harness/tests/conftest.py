@@ -3,8 +3,10 @@ import os
 import sys
 from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "1"
-os.environ["CUDA_VISIBLE_DEVICES"] = ""
+# KERNELD_GPU_TESTS=1 (the device scripts only, e.g. for test_warmup_gpu.py): the real GPU.
+if os.environ.get("KERNELD_GPU_TESTS") != "1":
+    os.environ["TRITON_INTERPRET"] = "1"
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
 _HERE = Path(__file__).resolve().parent
 for p in (str(_HERE.parents[1]), str(_HERE)):  # kernels/ (for `harness`) and this folder (hpaths)
     if p not in sys.path:

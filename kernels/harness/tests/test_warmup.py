@@ -145,3 +145,14 @@ def test_a_warm_up_failure_is_not_the_candidates(unchecked, tmp_path):
     res = evaluate(w, 2, {}, candidate=str(cand))
     assert res["class"] == "ok", res["message"]
     assert "SystemExit" in res.get("warm_up", ""), res.get("warm_up")
+
+
+def test_a_retime_waits_until_prepared_runners_are_quiet_and_leaves_them(w):
+    prepare(w, 1, {"BLOCK_M": 128, "BLOCK_N": 16})   # starting, importing, warming up: seconds
+    r = w.ask({"id": 2, "op": "evaluate", "task_dir": str(DEMO), "candidate": SEED, "config": {"BLOCK_M": 16},
+               "baseline": "reference", "seeds": [1], "timing": TIMING, "retime": True})
+    assert r["ok"] and r["result"]["class"] == "ok" and r["result"]["retimed"], r
+    # it waited for the prepared runner (its start alone takes seconds), not beside it
+    assert r["result"]["phases"]["runner_wait"] > 1.0, r["result"]["phases"]
+    res = evaluate(w, 3, {"BLOCK_M": 128, "BLOCK_N": 16})
+    assert res["class"] == "ok" and res["phases"]["ahead"] > 0, res["phases"]
