@@ -6,6 +6,7 @@ times the baselines itself (ABAB with the runner's batches) and decides the verd
 from __future__ import annotations
 
 import ast
+import hashlib
 import math
 import os
 import random
@@ -34,6 +35,8 @@ POOL = Pool()   # the spare runner lives as long as this judge
 AHEAD = ahead.Ahead()   # the next candidate's runner, prepared while this one is timed
 # Secret seeds with kept references (issue #12); KERNELD_REF_POOL=0: nothing kept.
 REFS = RefPool(keep=os.environ.get("KERNELD_REF_POOL", "1") != "0")
+_STATIC: dict = {}        # (source hash, banned calls, allowed imports) -> violations | None
+STATIC_CACHE_MAX = 256
 
 
 class RequestError(Exception):
@@ -82,8 +85,15 @@ def _static(src: str, task):
     """Violations, or None. KERNELD_UNSAFE_SKIP_STATIC_CHECKS=1 is for the harness's own fault suite."""
     if os.environ.get("KERNELD_UNSAFE_SKIP_STATIC_CHECKS") == "1":
         return None
-    vs = static_check.check_source(src, task.banned_calls)
-    return vs or None
+    # A pure function of the source and the rules; a search goal sends the same seed source
+    # with every configuration (and once more in its `prepare`): checked once per judge.
+    key = (hashlib.sha256(src.encode()).hexdigest(), tuple(task.banned_calls),
+           os.environ.get("KERNELD_STATIC_ALLOW_IMPORTS", ""))
+    if key not in _STATIC:
+        if len(_STATIC) >= STATIC_CACHE_MAX:
+            _STATIC.pop(next(iter(_STATIC)))
+        _STATIC[key] = static_check.check_source(src, task.banned_calls) or None
+    return _STATIC[key]
 
 
 def _literal_space(src: str):

@@ -113,3 +113,77 @@ fn phases_are_recorded_shown_and_averaged() {
     assert_eq!(g.phases.as_ref().map(|m| m.evaluations), Some(3));
     assert!(d.stop().success());
 }
+
+/// `compile_ahead_depth`: the daemon keeps that many candidates prepared for its slot
+/// (each a distinct proposal, made as if the ones before it were in flight), tells the
+/// judge the depth and the goal's shapes, and every evaluation after the first takes one
+/// of them. The stub worker accepts `prepare` for a task named `ahead` and reports, per
+/// evaluation, how many prepared candidates it held when the evaluation arrived.
+#[test]
+fn the_daemon_keeps_depth_candidates_prepared() {
+    let dir = TempDir::new("depth");
+    let kernels = stub_kernels(dir.path());
+    std::fs::create_dir_all(kernels.join("ahead/seeds")).unwrap();
+    for f in ["task.toml", "task.py", "seeds/tiled.py"] {
+        std::fs::copy(kernels.join("demo").join(f), kernels.join("ahead").join(f)).unwrap();
+    }
+    let conf = dir.path().join("kerneld.toml");
+    std::fs::write(&conf, "compile_ahead_depth = 3\n").unwrap();
+    let d = Daemon::start_kernels(
+        dir.path(),
+        &kernels,
+        &["--config", conf.to_str().unwrap()],
+        &[],
+    );
+    let goal = dir.path().join("depth.toml");
+    std::fs::write(
+        &goal,
+        "name = \"depth\"\ntask = \"ahead\"\nshapes = [\"m512\"]\n[budget]\niterations = 8\n\
+         [agent]\nkind = \"search\"\n",
+    )
+    .unwrap();
+    let id = enqueue(&d, &goal);
+    let g = d.wait_terminal(&id, Duration::from_secs(120));
+    assert_eq!(g.state, GoalState::Completed, "{g:?}");
+    let detail: GoalDetail = serde_json::from_value(d.call("show", json!({"goal": id}))).unwrap();
+    let mut recs = detail.recent.clone();
+    recs.sort_by_key(|r| r.iteration);
+    assert_eq!(recs.len(), 8);
+    let held: Vec<f64> = recs.iter().map(|r| r.result.phases.ahead).collect();
+    assert_eq!(held[0], 0.0, "nothing is prepared before the first: {held:?}");
+    assert!(
+        held[1..].iter().all(|&h| h > 0.0),
+        "an evaluation was not prepared ahead: {held:?}"
+    );
+    // depth 3 kept for the slot, plus the one being evaluated
+    assert_eq!(held.iter().cloned().fold(0.0, f64::max), 4.0, "{held:?}");
+    let msg = recs[1].result.message.clone().unwrap_or_default();
+    assert!(
+        msg.contains("ahead=3") && msg.contains("shapes=['m512']"),
+        "{msg}"
+    );
+    let mut ids: Vec<&str> = recs.iter().map(|r| r.candidate.as_str()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 8, "a candidate proposed ahead was measured twice");
+    assert!(d.stop().success());
+}
+
+#[test]
+fn a_depth_out_of_range_is_refused_with_its_range() {
+    let dir = TempDir::new("depth-range");
+    let conf = dir.path().join("kerneld.toml");
+    std::fs::write(&conf, "compile_ahead_depth = 99\n").unwrap();
+    let mut args = daemon_args(dir.path());
+    args.extend(["--config".into(), conf.into_os_string()]);
+    let out = std::process::Command::new(binary("kerneld"))
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("compile_ahead_depth") && err.contains("0 to 16"),
+        "{err}"
+    );
+}

@@ -134,3 +134,24 @@ def test_triton_language_paths_honest_code_uses_still_pass():
            "    v = tl.extra.cuda.libdevice.exp(v) + tl.core.math.sqrt(2.0)\n    tl.store(x + o, v)\n"
            "y = tl.float16.primitive_bitwidth\n")
     assert rules(src) == []
+
+
+def test_the_judge_checks_a_source_once_and_keeps_the_verdict(monkeypatch):
+    """A search goal sends one seed source with every configuration: its verdict is kept
+    (issue #12), per source and rules; another source or other rules are checked again."""
+    from harness import evaluate as ev
+    from harness import static_check
+    from harness.taskload import load_task
+    from hpaths import DEMO
+    task = load_task(DEMO)
+    calls = []
+    real = static_check.check_source
+    monkeypatch.setattr(static_check, "check_source", lambda src, banned: calls.append(src) or real(src, banned))
+    monkeypatch.setattr(ev, "_STATIC", {})
+    good = (DEMO / "seeds" / "tiled.py").read_text()
+    bad = good + "\nimport threading\n"
+    assert ev._static(good, task) is None and ev._static(good, task) is None
+    assert ev._static(bad, task) and ev._static(bad, task)
+    assert len(calls) == 2
+    monkeypatch.setenv("KERNELD_STATIC_ALLOW_IMPORTS", "threading")
+    assert ev._static(bad, task) is None and len(calls) == 3
