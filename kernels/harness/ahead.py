@@ -143,6 +143,11 @@ class Ahead:
         if p is None:
             return None
         self.held.remove(p)
+        return self.finish(p)
+
+    @staticmethod
+    def finish(p: "Prepared"):
+        """`take`'s answer for a runner prepared here or by the caller (a re-time's own)."""
         try:
             runner, reply = p.wait()
         except BaseException:  # SIGINT (an abandoned request) while waiting: nothing may leak

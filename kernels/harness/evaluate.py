@@ -262,14 +262,28 @@ def evaluate(req: dict, pool: Pool | None = None) -> dict:
 
     pool = pool or POOL
     with phases("runner_wait"):
-        # A re-time leaves the prepared runners for the next candidates in place, but is
-        # measured only once none of them runs candidate code (import, warm-up) beside it.
         if retime:
-            AHEAD.settle()
-        prepared = None if retime else AHEAD.take(ahead.key(req["task_dir"], src, config_req))
+            # A re-time leaves the prepared runners for the next candidates in place, but is
+            # measured only once none of them runs candidate code (import, warm-up) beside
+            # it. Its own fresh runner starts, imports and warms up (timed shapes only) while
+            # that settles: the wait and the compile overlap, nothing is timed meanwhile.
+            warm = None
+            if _warm_up(cpu):
+                def warm():
+                    return warmup.warm_calls(task, timed, low_dtype(cpu))
+            mine = ahead.Prepared("retime", pool.take(), _load(src, task, config_req), warm)
+            try:
+                AHEAD.settle()
+            except BaseException:  # SIGINT (an abandoned request): its runner must not leak
+                mine.discard()
+                raise
+            prepared = AHEAD.finish(mine)
+        else:
+            prepared = AHEAD.take(ahead.key(req["task_dir"], src, config_req))
     if prepared is not None:
         runner, pre, start_s, import_s, warm_note = prepared
-        phases.add("ahead", start_s + import_s)
+        if not retime:   # a re-time's own start and warm-up are inside its runner_wait
+            phases.add("ahead", start_s + import_s)
         if warm_note:
             ran["warm_up"] = warm_note
         pool.prestart()

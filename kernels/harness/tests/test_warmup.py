@@ -156,3 +156,14 @@ def test_a_retime_waits_until_prepared_runners_are_quiet_and_leaves_them(w):
     assert r["result"]["phases"]["runner_wait"] > 1.0, r["result"]["phases"]
     res = evaluate(w, 3, {"BLOCK_M": 128, "BLOCK_N": 16})
     assert res["class"] == "ok" and res["phases"]["ahead"] > 0, res["phases"]
+
+
+def test_a_retime_warms_its_own_fresh_runner_up_and_judges_as_before(w):
+    r = w.ask({"id": 1, "op": "evaluate", "task_dir": str(DEMO), "candidate": SEED, "config": {"BLOCK_M": 64},
+               "baseline": "reference", "seeds": [1], "timing": TIMING, "retime": True})
+    res = r["result"]
+    assert r["ok"] and res["class"] == "ok" and res["retimed"] and res["profile"] is None, r
+    assert res["phases"]["ahead"] == 0, res["phases"]      # its own start is in runner_wait
+    assert res["phases"]["import"] < 0.05, res["phases"]   # imported (and warmed) while settling
+    assert "warm_up" not in res, res.get("warm_up")
+    assert res["config"]["BLOCK_M"] == 64
