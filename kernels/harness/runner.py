@@ -138,15 +138,9 @@ class _State:
             spec.loader.exec_module(mod)
         except BaseException as e:  # SystemExit at import is a result too
             return rp.reply(req.id, False, rp.Failure("error", f"importing the candidate failed: {type(e).__name__}: {e}"))
-        changed = timing.flag_changes(flags)
-        if changed and not self.skip_flags:
-            return rp.reply(req.id, False, rp.Failure(
-                "rejected", f"rejected [introspection] importing the candidate changed PyTorch global state "
-                f"({', '.join(changed)})", "introspection"))
-        bad = timing.integrity_violations()
-        if bad:
-            return rp.reply(req.id, False, rp.Failure(
-                "rejected", f"rejected [timer] importing the candidate replaced {', '.join(bad)}", "timer"))
+        fail = self._state_changed(flags, "importing the candidate")
+        if fail is not None:
+            return rp.reply(req.id, False, fail)
         space = getattr(mod, "SPACE", {}) or {}
         if not isinstance(space, dict) or not all(isinstance(v, (list, tuple)) and v for v in space.values()):
             return rp.reply(req.id, False, rp.Failure("error", "SPACE must be a dict of non-empty lists"))
@@ -171,6 +165,20 @@ class _State:
                                                                 f"(the task's entry)"), space=space, default=default)
         self.fn, self.config = fn, cfg
         return rp.reply(req.id, config=cfg, space=space, default=default)
+
+    def _state_changed(self, flags: dict, doing: str):
+        """A rejection when candidate code run outside a checked call (its import, its warm-up)
+        changed PyTorch's global flags or replaced a timer function (both restored), else None."""
+        from harness import runner_protocol as rp
+        from harness import timing
+        changed = timing.flag_changes(flags)
+        if changed and not self.skip_flags:
+            return rp.Failure("rejected", f"rejected [introspection] {doing} changed PyTorch global state "
+                              f"({', '.join(changed)})", "introspection")
+        bad = timing.integrity_violations()
+        if bad:
+            return rp.Failure("rejected", f"rejected [timer] {doing} replaced {', '.join(bad)}", "timer")
+        return None
 
     def map(self, req):
         from harness import runner_protocol as rp
@@ -277,15 +285,9 @@ class _State:
             if fail is not None:
                 notes.append(f"{c['where']}: {fail.message[:300]}")
             del ins, outs
-        changed = [] if self.skip_flags else timing.flag_changes(flags)
-        if changed:
-            return rp.reply(req.id, False, rp.Failure(
-                "rejected", f"rejected [introspection] warming up the candidate changed PyTorch global state "
-                f"({', '.join(changed)})", "introspection"))
-        bad = timing.integrity_violations()
-        if bad:
-            return rp.reply(req.id, False, rp.Failure(
-                "rejected", f"rejected [timer] warming up the candidate replaced {', '.join(bad)}", "timer"))
+        fail = self._state_changed(flags, "warming up the candidate")
+        if fail is not None:
+            return rp.reply(req.id, False, fail)
         return rp.reply(req.id, seconds=time.perf_counter() - t0, error="; ".join(notes)[:2000] or None)
 
     def time(self, req):

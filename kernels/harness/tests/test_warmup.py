@@ -113,13 +113,16 @@ def matmul(inputs, out, config):
 '''
 
 
-def test_a_global_flag_changed_during_the_warm_up_is_rejected(unchecked, tmp_path):
-    w = unchecked
-    cand = tmp_path / "first_call_flag.py"
-    cand.write_text(HOSTILE_FLAG)
-    prepare(w, 1, {}, candidate=str(cand))
+def prepared_then_judged(w, path, text):
+    """The candidate `text`, prepared (imported and warmed up) ahead, then evaluated."""
+    path.write_text(text)
+    prepare(w, 1, {}, candidate=str(path))
     time.sleep(6)
-    res = evaluate(w, 2, {}, candidate=str(cand))
+    return evaluate(w, 2, {}, candidate=str(path))
+
+
+def test_a_global_flag_changed_during_the_warm_up_is_rejected(unchecked, tmp_path):
+    res = prepared_then_judged(unchecked, tmp_path / "first_call_flag.py", HOSTILE_FLAG)
     assert res["class"] == "rejected" and res["rule"] == "introspection", res["message"]
     assert "warm-up" in res["message"]
 
@@ -137,12 +140,7 @@ def matmul(inputs, out, config):
 
 
 def test_a_warm_up_failure_is_not_the_candidates(unchecked, tmp_path):
-    w = unchecked
-    cand = tmp_path / "fails_when_warm.py"
-    cand.write_text(CRASH_IN_WARM_UP)
-    prepare(w, 1, {}, candidate=str(cand))
-    time.sleep(6)
-    res = evaluate(w, 2, {}, candidate=str(cand))
+    res = prepared_then_judged(unchecked, tmp_path / "fails_when_warm.py", CRASH_IN_WARM_UP)
     assert res["class"] == "ok", res["message"]
     assert "SystemExit" in res.get("warm_up", ""), res.get("warm_up")
 
