@@ -21,6 +21,7 @@ mod check;
 mod fault_tests;
 mod goal_index;
 mod integrity;
+mod records;
 mod space;
 pub use check::CheckReport;
 pub use space::Space;

@@ -150,7 +150,10 @@ fn the_daemon_keeps_depth_candidates_prepared() {
     recs.sort_by_key(|r| r.iteration);
     assert_eq!(recs.len(), 8);
     let held: Vec<f64> = recs.iter().map(|r| r.result.phases.ahead).collect();
-    assert_eq!(held[0], 0.0, "nothing is prepared before the first: {held:?}");
+    assert_eq!(
+        held[0], 0.0,
+        "nothing is prepared before the first: {held:?}"
+    );
     assert!(
         held[1..].iter().all(|&h| h > 0.0),
         "an evaluation was not prepared ahead: {held:?}"
@@ -165,7 +168,11 @@ fn the_daemon_keeps_depth_candidates_prepared() {
     let mut ids: Vec<&str> = recs.iter().map(|r| r.candidate.as_str()).collect();
     ids.sort();
     ids.dedup();
-    assert_eq!(ids.len(), 8, "a candidate proposed ahead was measured twice");
+    assert_eq!(
+        ids.len(),
+        8,
+        "a candidate proposed ahead was measured twice"
+    );
     assert!(d.stop().success());
 }
 

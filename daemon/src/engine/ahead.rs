@@ -111,7 +111,7 @@ impl Engine {
     }
 
     /// The goal's evaluations, when its agent can propose ahead and it is running.
-    async fn history_for_ahead(&self, goal: &str) -> Option<Vec<EvaluationRecord>> {
+    async fn history_for_ahead(&self, goal: &str) -> Option<super::records::Records> {
         let proj = self.state.lock().unwrap().goals.get(goal)?.proj.clone();
         if proj.state != GoalState::Running {
             return None;
@@ -120,12 +120,7 @@ impl Engine {
         if !agent.proposes_ahead() {
             return None;
         }
-        let store = self.store.clone();
-        let id = goal.to_string();
-        tokio::task::spawn_blocking(move || store.evaluations(&id))
-            .await
-            .ok()?
-            .ok()
+        self.evaluations(goal).await.ok()
     }
 
     /// The agent's proposal for the iteration after those already proposed and kept (by

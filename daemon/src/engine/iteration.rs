@@ -192,9 +192,7 @@ impl Engine {
                 .iterations
                 .is_none_or(|b| proj.iteration < b);
             let proposal = if budget_left {
-                let store = self.store.clone();
-                let id = goal.to_string();
-                let history = tokio::task::spawn_blocking(move || store.evaluations(&id)).await??;
+                let history = self.evaluations(goal).await?;
                 let best_source = self.best_source(goal).await;
                 let work_root = self.config().state_dir.join("agents");
                 let env = agent::AgentEnv {

@@ -29,6 +29,7 @@ mod history;
 mod iteration;
 pub(crate) mod ops;
 mod overhead;
+mod records;
 mod retime;
 mod revalidate;
 mod slots;
@@ -89,6 +90,8 @@ struct GoalRt {
     not_before: Option<Instant>,
     /// The proposals made ahead for slots' next leases (compile-ahead, ahead.rs).
     ahead: ahead::Ahead,
+    /// Its evaluation records, read from the log once (records.rs); None until asked.
+    records: Option<records::Records>,
     /// Transient endpoint failures in a row (they never fail the goal; see agent::retry).
     transient_failures: u32,
     /// Why the goal waits, while it backs off (shown by `status`/`show`, see waiting.rs).
@@ -107,6 +110,7 @@ impl GoalRt {
             agent_failures: 0,
             not_before: None,
             ahead: Default::default(),
+            records: None,
             transient_failures: 0,
             waiting: None,
         }
