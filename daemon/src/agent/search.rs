@@ -179,20 +179,41 @@ impl Model {
             (l / m).ln()
         };
         let sizes: Vec<usize> = s.params.iter().map(|(_, v)| v.len()).collect();
+        // Counts in one pass over the measured configurations (a pass per value or pair of
+        // values made the daemon's share grow with history × space: issue #12).
+        let count = |set: &[&Vec<usize>]| {
+            let mut single: Vec<Vec<usize>> = sizes.iter().map(|&k| vec![0; k]).collect();
+            let mut pairs: Vec<Vec<usize>> = Vec::new();
+            for p in 0..sizes.len() {
+                for q in p + 1..sizes.len() {
+                    pairs.push(vec![0; sizes[p] * sizes[q]]);
+                }
+            }
+            for idx in set {
+                let mut slot = 0;
+                for p in 0..sizes.len() {
+                    single[p][idx[p]] += 1;
+                    for q in p + 1..sizes.len() {
+                        pairs[slot][idx[p] * sizes[q] + idx[q]] += 1;
+                        slot += 1;
+                    }
+                }
+            }
+            (single, pairs)
+        };
+        let (g1, g2) = count(&good);
+        let (b1, b2) = count(&bad);
         let single = sizes
             .iter()
             .enumerate()
             .map(|(p, &k)| {
                 (0..k)
-                    .map(|v| {
-                        let g = good.iter().filter(|i| i[p] == v).count();
-                        let b = bad.iter().filter(|i| i[p] == v).count();
-                        ratio(g, good.len(), b, bad.len(), k)
-                    })
+                    .map(|v| ratio(g1[p][v], good.len(), b1[p][v], bad.len(), k))
                     .collect()
             })
             .collect();
         let mut pairs = Vec::new();
+        let mut slot = 0;
         for p in 0..sizes.len() {
             for q in p + 1..sizes.len() {
                 let k = sizes[p] * sizes[q];
@@ -200,15 +221,14 @@ impl Model {
                     .map(|a| {
                         (0..sizes[q])
                             .map(|b| {
-                                let hit = |i: &&&Vec<usize>| i[p] == a && i[q] == b;
-                                let g = good.iter().filter(hit).count();
-                                let n = bad.iter().filter(hit).count();
-                                ratio(g, good.len(), n, bad.len(), k)
+                                let cell = a * sizes[q] + b;
+                                ratio(g2[slot][cell], good.len(), b2[slot][cell], bad.len(), k)
                             })
                             .collect()
                     })
                     .collect();
                 pairs.push(((p, q), table));
+                slot += 1;
             }
         }
         Model { single, pairs }

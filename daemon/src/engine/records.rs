@@ -22,18 +22,19 @@ pub(super) type Records = Arc<Vec<EvaluationRecord>>;
 impl Engine {
     /// The goal's evaluation records, as the log holds them.
     pub(super) async fn evaluations(&self, goal: &str) -> anyhow::Result<Records> {
-        let (held, expected) = {
-            let st = self.state.lock().unwrap();
+        let held = {
+            let mut st = self.state.lock().unwrap();
             let rt = st
                 .goals
-                .get(goal)
+                .get_mut(goal)
                 .ok_or_else(|| anyhow::anyhow!("no goal {goal}"))?;
-            (rt.records.clone(), rt.proj.evaluations)
+            match &rt.records {
+                Some(r) if r.len() as u64 == rt.proj.evaluations => return Ok(r.clone()),
+                // Taken, so that no reference is left here and extending it below does
+                // not copy every record (unless an agent still holds the old list).
+                _ => rt.records.take().unwrap_or_default(),
+            }
         };
-        let held = held.unwrap_or_default();
-        if held.len() as u64 == expected {
-            return Ok(held);
-        }
         let have: BTreeSet<u64> = held.iter().map(|r| r.iteration).collect();
         let store = self.store.clone();
         let id = goal.to_string();
