@@ -621,3 +621,71 @@ pub fn scripted_kernels(dir: &Path) -> PathBuf {
     copy_demo_task(&k);
     k
 }
+
+/// Every process that has `file` open (a link in /proc/PID/fd to it), described: pid,
+/// comm, state, parent, command line. The event log's lock belongs to whoever holds its
+/// open file: this names the holder when a start finds the log in use (issue #18).
+pub fn holders_of(file: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let fds = entry.path().join("fd");
+        let holds = std::fs::read_dir(&fds)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .any(|target| target == file);
+        if holds {
+            found.push(describe_holder(pid));
+        }
+    }
+    found
+}
+
+fn describe_holder(pid: u32) -> String {
+    let read = |f: &str| std::fs::read_to_string(format!("/proc/{pid}/{f}")).unwrap_or_default();
+    let stat = read("stat");
+    // After the `(comm)`: state, ppid, ...
+    let mut after = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace())
+        .into_iter()
+        .flatten();
+    let fields: Vec<&str> = after.by_ref().take(7).collect();
+    let field = |i: usize| fields.get(i).copied().unwrap_or("?");
+    // stat's flags (field 9): PF_EXITING (0x4) says it is being torn down.
+    let (state, ppid, flags) = (field(0), field(1), field(6));
+    let flags = flags
+        .parse::<u64>()
+        .map_or("?".into(), |f| format!("{f:#x}"));
+    let status: Vec<String> = read("status")
+        .lines()
+        .filter(|l| {
+            ["Threads", "SigPnd", "ShdPnd", "VmSize"]
+                .iter()
+                .any(|k| l.starts_with(k))
+        })
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    // The kernel stack (root only): where it is, e.g. exit_mmap while being torn down.
+    let stack: Vec<String> = read("stack")
+        .lines()
+        .take(6)
+        .map(|l| l.split_whitespace().last().unwrap_or_default().to_string())
+        .collect();
+    format!(
+        "pid {pid} comm {} state {state} ppid {ppid} flags {flags} {} wchan {} stack [{}] cmdline {}",
+        read("comm").trim(),
+        status.join(", "),
+        read("wchan"),
+        stack.join(" < "),
+        read("cmdline")
+            .replace('\0', " ")
+            .chars()
+            .take(300)
+            .collect::<String>()
+    )
+}

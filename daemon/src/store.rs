@@ -21,6 +21,8 @@ mod check;
 mod fault_tests;
 mod goal_index;
 mod integrity;
+mod log_file;
+mod owner;
 mod records;
 mod space;
 pub use check::CheckReport;
@@ -55,8 +57,10 @@ pub const FORMAT: u64 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("another kerneld is already running with state directory {0} (its database is open); stop it first, or start this one with another --state-dir")]
-    AlreadyOpen(PathBuf),
+    /// The log's lock (`owner`) is held by a live process: never by a dead daemon's
+    /// leftover children, whose copies of the log's fd do not carry it (issue #18).
+    #[error("another kerneld{} is already running with state directory {} (it holds the event log's lock); stop it first, or start this one with another --state-dir", pid.map(|p| format!(" (pid {p})")).unwrap_or_default(), dir.display())]
+    AlreadyOpen { dir: PathBuf, pid: Option<i32> },
     #[error("event log {path}: {source}")]
     Db {
         path: PathBuf,
@@ -94,13 +98,10 @@ fn db_err(path: &Path, e: impl Into<redb::Error>) -> StoreError {
     }
 }
 
-/// Opens an existing, header-checked log file; a second opener gets `AlreadyOpen`.
+/// Opens an existing, header-checked log file (the caller holds its `owner::Owner`).
 fn open_db(path: &Path) -> Result<Database, StoreError> {
     match integrity::open_caught(path) {
         Ok(db) => Ok(db),
-        Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(StoreError::AlreadyOpen(
-            path.parent().unwrap_or(path).to_path_buf(),
-        )),
         Err(e @ redb::DatabaseError::Storage(redb::StorageError::Corrupted(_))) => {
             Err(integrity::damaged(path, format!("is damaged: {e}")))
         }
@@ -141,6 +142,10 @@ pub struct Store {
     path: PathBuf,
     /// The first failed write, once one failed: every later write is refused.
     broken: std::sync::Mutex<Option<String>>,
+    /// The log's lock, held as long as the store (None: a store over another backend, in
+    /// tests, or a new log's temporary file, whose caller holds the lock). Declared after
+    /// `db`, so it is released only once redb has closed the file.
+    owner: Option<owner::Owner>,
 }
 
 pub fn now_ms() -> u64 {
@@ -151,30 +156,38 @@ pub fn now_ms() -> u64 {
 }
 
 impl Store {
-    /// Opens (or creates) the log. A second daemon on the same file gets `AlreadyOpen`.
-    /// An existing file is checked first and never re-initialized (`integrity`): an empty
-    /// or truncated log stops the start with what to do.
+    /// Opens (or creates) the log. While another process has it open (a second daemon,
+    /// `kerneld check`), the start is refused with `AlreadyOpen`. An existing file is
+    /// checked first and never re-initialized (`integrity`): an empty or truncated log
+    /// stops the start with what to do.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        // First: everything below (the check, the creation, the open) is the owner's alone.
+        let owner = owner::Owner::acquire(path)?;
         if !integrity::check_existing(path)? {
             integrity::create_atomically(path, |tmp| {
-                let db = Database::create(tmp).map_err(|e| db_err(tmp, e))?;
+                let db = integrity::create(tmp).map_err(|e| db_err(tmp, e))?;
                 Store::init(db, tmp).map(drop)
             })?;
         }
-        // `open`, not `create`: redb never initializes an existing file as a new log.
-        Store::init(open_db(path)?, path)
+        // Opened as an existing log: redb never initializes an existing file as a new one.
+        let mut store = Store::init(open_db(path)?, path)?;
+        store.owner = Some(owner);
+        Ok(store)
     }
 
     /// Opens an existing log for `kerneld check`, as it is: a missing file is an error,
     /// and nothing is created.
     pub fn open_for_check(path: &Path) -> Result<Store, StoreError> {
+        // Looked for before the lock, so a wrong --state-dir gets no lock file.
         if !integrity::check_existing(path)? {
             return Err(StoreError::Missing(path.to_path_buf()));
         }
+        let owner = owner::Owner::acquire(path)?;
         Ok(Store {
             db: open_db(path)?,
             path: path.to_path_buf(),
             broken: std::sync::Mutex::new(None),
+            owner: Some(owner),
         })
     }
 
@@ -184,6 +197,7 @@ impl Store {
             db,
             path: path.to_path_buf(),
             broken: std::sync::Mutex::new(None),
+            owner: None,
         };
         // Create every table once so readers never meet a missing one.
         let tx = store.db.begin_write().map_err(|e| db_err(path, e))?;

@@ -429,3 +429,67 @@ fn a_refused_change_is_audited_in_the_daemons_log() {
     );
     d.call(wire::method::CANCEL, json!({"goal": id}));
 }
+
+/// This process's copy of fd `fd` of process `pid` (pidfd_getfd): the same open file
+/// description, as a child the daemon forked holds it until it execs. None where the
+/// kernel (before 5.6) or the rights (ptrace over the non-dumpable daemon: root) refuse.
+fn grab_fd(pid: i32, fd: i32) -> Option<std::os::fd::OwnedFd> {
+    use nix::libc;
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain syscalls; each fd returned is new and owned by the OwnedFd made here.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0);
+        if pidfd < 0 {
+            return None;
+        }
+        let pidfd = std::os::fd::OwnedFd::from_raw_fd(pidfd as i32);
+        let copy = libc::syscall(
+            libc::SYS_pidfd_getfd,
+            std::os::fd::AsRawFd::as_raw_fd(&pidfd),
+            fd,
+            0,
+        );
+        (copy >= 0).then(|| std::os::fd::OwnedFd::from_raw_fd(copy as i32))
+    }
+}
+
+/// Issue #18 (the kill soak, kill 957): a child the daemon forked holds the daemon's open
+/// file of the log until it execs, and one left by a SIGKILLed daemon (reparented to init,
+/// still in execve or being torn down) held redb's `flock` with it: the next start was told
+/// that a dead kerneld was "already running". Here this test holds that open file instead
+/// of such a child. The next start must come up; a live second daemon is still refused at
+/// once, with its owner's pid.
+#[test]
+fn a_log_held_open_by_another_process_after_the_daemon_was_killed_does_not_stop_the_start() {
+    let dir = TempDir::new("heldlog");
+    let d = Daemon::start(dir.path());
+    let log = d.state_dir.join("kerneld.redb");
+    let pid = d.child.id() as i32;
+    let fd = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .find(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == log))
+        .and_then(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .expect("the daemon has its log open");
+    let Some(held) = grab_fd(pid, fd) else {
+        eprintln!("skipped: pidfd_getfd is not allowed here (kernel 5.6+ and root needed)");
+        return;
+    };
+    d.kill9();
+    let me = format!("pid {} ", std::process::id());
+    assert!(
+        holders_of(&log).iter().any(|h| h.starts_with(&me)),
+        "this test holds the killed daemon's open log: {:?}",
+        holders_of(&log)
+    );
+
+    let d = Daemon::start(dir.path());
+    let (code, text) = start_refused(dir.path());
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("already running") && text.contains(&format!("pid {}", d.child.id())),
+        "a live daemon's log is refused, naming it: {text}"
+    );
+    drop(held);
+    assert!(d.stop().success());
+}

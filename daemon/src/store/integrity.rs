@@ -16,6 +16,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use super::log_file::LogFile;
 use super::StoreError;
 
 const MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
@@ -106,10 +107,14 @@ pub(super) fn check_existing(path: &Path) -> Result<bool, StoreError> {
     Ok(true)
 }
 
-/// `Database::open`, with a panic inside redb (an assertion on a file damaged in a way
-/// the header check did not see) turned into an error: a damaged log is a message.
+/// Opens the existing log (through `LogFile`: no `flock`, see `super::owner`), with a
+/// panic inside redb (an assertion on a file damaged in a way the header check did not
+/// see) turned into an error: a damaged log is a message. `create_with_backend` is redb's
+/// only way to take a backend; it would initialize an empty file, which `check_existing`
+/// has refused before this runs (and the owner's lock keeps anyone from emptying it since).
 pub(super) fn open_caught(path: &Path) -> Result<redb::Database, redb::DatabaseError> {
-    std::panic::catch_unwind(|| redb::Database::open(path)).unwrap_or_else(|panic| {
+    let open = || redb::Builder::new().create_with_backend(LogFile::open(path, false)?);
+    std::panic::catch_unwind(open).unwrap_or_else(|panic| {
         let why = panic
             .downcast_ref::<String>()
             .map(String::as_str)
@@ -119,6 +124,11 @@ pub(super) fn open_caught(path: &Path) -> Result<redb::Database, redb::DatabaseE
             format!("redb could not read it ({why})"),
         )))
     })
+}
+
+/// A new log's database in `tmp` (`create_atomically`'s `init` makes it).
+pub(super) fn create(tmp: &Path) -> Result<redb::Database, redb::DatabaseError> {
+    redb::Builder::new().create_with_backend(LogFile::open(tmp, true)?)
 }
 
 /// The temporary name a new log is created under.

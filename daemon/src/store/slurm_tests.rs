@@ -51,5 +51,5 @@ fn held_slurm_jobs_follow_the_log_across_a_reopen() {
         }]
     );
     drop(s);
-    let _ = std::fs::remove_file(&path);
+    owner::remove_log(&path);
 }

@@ -139,7 +139,7 @@ fn sequence_is_dense_and_projection_equals_replay() {
     }
     assert_eq!(replay.unwrap(), store.goal(&id).unwrap().unwrap());
     drop(store);
-    let _ = std::fs::remove_file(path);
+    owner::remove_log(&path);
 }
 
 #[test]
@@ -154,7 +154,7 @@ fn header_length_matches_what_redb_writes() {
     drop(store);
     let len = std::fs::metadata(&path).unwrap().len();
     assert_eq!(integrity::expected_len_of(&path), len);
-    let _ = std::fs::remove_file(path);
+    owner::remove_log(&path);
 }
 
 #[test]
@@ -177,7 +177,7 @@ fn an_empty_or_truncated_file_is_reported_and_left_alone() {
         assert!(err.to_string().contains("truncated"), "{keep}: {err}");
         assert_eq!(std::fs::metadata(&path).unwrap().len(), keep);
     }
-    let _ = std::fs::remove_file(path);
+    owner::remove_log(&path);
 }
 
 #[test]
@@ -222,7 +222,7 @@ fn check_finds_a_sound_log_sound_and_a_doctored_projection() {
         "{text}"
     );
     drop(store);
-    let _ = std::fs::remove_file(path);
+    owner::remove_log(&path);
 }
 
 #[test]
@@ -256,7 +256,7 @@ fn a_log_of_a_newer_format_is_refused_and_an_unversioned_one_is_stamped() {
     let e = Store::open(&path).err().expect("a newer format is refused");
     assert!(matches!(e, StoreError::NewerFormat { found, .. } if found == FORMAT + 1));
     assert!(e.to_string().contains("newer kerneld"), "{e}");
-    let _ = std::fs::remove_file(&path);
+    owner::remove_log(&path);
 }
 
 #[test]
@@ -264,10 +264,10 @@ fn second_open_is_refused() {
     let path = temp_db();
     let _a = Store::open(&path).unwrap();
     match Store::open(&path) {
-        Err(StoreError::AlreadyOpen(_)) => {}
+        Err(StoreError::AlreadyOpen { .. }) => {}
         other => panic!("expected AlreadyOpen, got {:?}", other.err()),
     }
-    let _ = std::fs::remove_file(path);
+    owner::remove_log(&path);
 }
 
 #[test]
@@ -321,5 +321,29 @@ fn goal_index_follows_state_and_is_rebuilt_for_a_format_1_log() {
     let report = store.check().unwrap();
     assert!(report.is_sound(), "{:?}", report.problems);
     drop(store);
-    let _ = std::fs::remove_file(&path);
+    owner::remove_log(&path);
+}
+
+#[test]
+fn the_lock_is_the_processs_and_goes_with_the_store() {
+    let path = temp_db();
+    let a = Store::open(&path).unwrap();
+    // Within this process: refused before a second fd is opened (closing one would drop the
+    // record lock), naming this process.
+    match Store::open_for_check(&path) {
+        Err(e @ StoreError::AlreadyOpen { pid: Some(p), .. }) => {
+            assert_eq!(p, std::process::id() as i32);
+            assert!(e.to_string().contains("already running"), "{e}");
+        }
+        other => panic!("expected AlreadyOpen, got {:?}", other.err()),
+    }
+    // The refused open did not release the first one's lock.
+    assert!(matches!(
+        Store::open(&path),
+        Err(StoreError::AlreadyOpen { .. })
+    ));
+    drop(a);
+    let b = Store::open(&path).expect("free once the first store is gone");
+    drop(b);
+    owner::remove_log(&path);
 }
