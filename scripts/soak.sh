@@ -42,3 +42,9 @@ printf '{"machine": "%s", "cores": %s, "commit": "%s", "binaries": "release", "f
     "$(uname -srm) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" "$(nproc)" \
     "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$figures" > "$out"
 echo "figures written to $out"
+# Who held the log at a restart (a dead daemon's child, issue #18): the count is in the
+# figures; the processes themselves only in the test's output, which goes with $soak.
+if grep -q "the log was held at restart by" "$log"; then
+    grep -A3 "the log was held at restart by" "$log" > "${out%.json}.holders.txt"
+    echo "holders written to ${out%.json}.holders.txt"
+fi
