@@ -45,6 +45,6 @@ echo "figures written to $out"
 # Who held the log at a restart (a dead daemon's child, issue #18): the count is in the
 # figures; the processes themselves only in the test's output, which goes with $soak.
 if grep -q "the log was held at restart by" "$log"; then
-    grep -A3 "the log was held at restart by" "$log" > "${out%.json}.holders.txt"
+    sed -n "/the log was held at restart by/,/torture figures/p" "$log" | grep -v "torture figures" > "${out%.json}.holders.txt"
     echo "holders written to ${out%.json}.holders.txt"
 fi
