@@ -621,20 +621,7 @@ impl Store {
 
     /// A goal's evaluation records, in iteration order.
     pub fn evaluations(&self, goal: &str) -> Result<Vec<EvaluationRecord>, StoreError> {
-        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
-        let t = tx.open_table(EVALS).map_err(|e| self.err(e))?;
-        let mut out = Vec::new();
-        for row in t
-            .range((goal, 0)..=(goal, u64::MAX))
-            .map_err(|e| self.err(e))?
-        {
-            let (_, v) = row.map_err(|e| self.err(e))?;
-            out.push(
-                serde_json::from_slice(v.value())
-                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-            );
-        }
-        Ok(out)
+        self.evaluations_besides(goal, &Default::default())
     }
 
     pub fn evaluation(
