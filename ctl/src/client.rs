@@ -35,6 +35,8 @@ pub enum ClientError {
     Rpc(RpcError),
     /// The daemon answered something this client cannot read.
     Protocol(String),
+    /// The request would be longer than the daemon reads (`wire::MAX_LINE`): not sent.
+    TooLarge { method: String, bytes: usize },
     /// Writing to or reading from the socket failed.
     Io(io::Error),
 }
@@ -62,6 +64,12 @@ impl std::fmt::Display for ClientError {
             }
             ClientError::Rpc(e) => f.write_str(&e.message),
             ClientError::Protocol(m) => write!(f, "unexpected answer from kerneld: {m}"),
+            ClientError::TooLarge { method, bytes } => write!(
+                f,
+                "{method}: the request is {bytes} bytes, more than the {} kerneld reads in one \
+                 request; nothing was sent (send smaller files)",
+                wire::MAX_LINE
+            ),
             ClientError::Io(e) => write!(f, "socket error: {e}"),
         }
     }
@@ -150,6 +158,14 @@ impl Client {
         self.next_id += 1;
         let mut line = serde_json::to_vec(&Request::new(id, method, params))
             .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        // The daemon would answer "too long" and hang up while this is still writing:
+        // say so here, before sending anything.
+        if line.len() >= wire::MAX_LINE {
+            return Err(ClientError::TooLarge {
+                method: method.to_string(),
+                bytes: line.len(),
+            });
+        }
         line.push(b'\n');
         match self
             .writer

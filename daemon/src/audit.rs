@@ -9,12 +9,16 @@ use serde_json::Value;
 
 use crate::wire::{method, Request, RpcError};
 
-/// Methods that change something.
+/// Methods that change something: a goal's state, or new goals and device work
+/// (fork, retime and revalidate record events and take GPU time).
 const CHANGES: &[&str] = &[
     method::ENQUEUE,
     method::PAUSE,
     method::RESUME,
     method::CANCEL,
+    method::FORK,
+    method::RETIME,
+    method::REVALIDATE,
 ];
 
 /// Longest piece of a request quoted in one audit line (names and paths can be long).

@@ -13,6 +13,11 @@ use crate::goal::parse_duration;
 /// (issue #12's H200 figures), so a few compile side by side; each is a runner process
 /// with its own CUDA context.
 const DEFAULT_COMPILE_AHEAD_DEPTH: usize = 6;
+/// Active goals, all users together: every plain `status` lists each of them (a summary
+/// is 300-1,000 bytes), so this keeps that reply far below a line however many are enqueued.
+const DEFAULT_MAX_ACTIVE_GOALS: usize = 2048;
+/// Active goals per user: no one user's queue fills what everyone shares.
+const DEFAULT_MAX_ACTIVE_GOALS_PER_USER: usize = 256;
 /// Each prepared runner holds a CUDA context (about 0.5 GB of GPU memory) and a process.
 const MAX_COMPILE_AHEAD_DEPTH: usize = 16;
 
@@ -64,6 +69,11 @@ pub struct Config {
     /// The environment a `command` agent gets from kerneld's: only these variables
     /// (never API keys or the daemon's settings), plus the KERNELD_* it is given.
     pub command_env: Vec<String>,
+    /// Active goals (queued, running, paused) kerneld keeps at once, all users together;
+    /// the last eighth only root and kerneld's own user may take (engine/caps.rs).
+    pub max_active_goals: usize,
+    /// Active goals one uid may have at once, root's included.
+    pub max_active_goals_per_user: usize,
 }
 
 /// Sandbox settings (flat keys in kerneld.toml).
@@ -133,6 +143,8 @@ struct RawConfig {
     worker_max_procs: Option<u64>,
     sandbox_unix_sockets: Option<bool>,
     command_env: Option<Vec<String>>,
+    max_active_goals: Option<usize>,
+    max_active_goals_per_user: Option<usize>,
 }
 
 impl Config {
@@ -162,6 +174,8 @@ impl Config {
             slurm: None,
             sandbox: SandboxConfig::default(),
             command_env: ["PATH", "HOME", "LANG"].map(String::from).to_vec(),
+            max_active_goals: DEFAULT_MAX_ACTIVE_GOALS,
+            max_active_goals_per_user: DEFAULT_MAX_ACTIVE_GOALS_PER_USER,
         }
     }
 
@@ -286,6 +300,18 @@ impl Config {
         }
         if let Some(v) = raw.command_env {
             self.command_env = v;
+        }
+        if let Some(v) = raw.max_active_goals {
+            self.max_active_goals = v;
+        }
+        if let Some(v) = raw.max_active_goals_per_user {
+            self.max_active_goals_per_user = v;
+        }
+        if self.max_active_goals == 0 || self.max_active_goals_per_user == 0 {
+            return Err(format!(
+                "{}: `max_active_goals` and `max_active_goals_per_user` must be at least 1",
+                file.display()
+            ));
         }
         self.config_file = Some(file.to_path_buf());
         Ok(self)

@@ -265,8 +265,13 @@ fn check(cli: &Cli) -> ExitCode {
     let mut store = match kerneld::tools::Store::open_for_check(&path) {
         Ok(s) => s,
         // A file that is there but damaged is a finding, not a failure to look.
-        Err(e @ kerneld::tools::StoreError::Damaged { .. }) => {
-            println!("{e}");
+        // (Its advice without "run `kerneld check`": that is what said it.)
+        Err(kerneld::tools::StoreError::Damaged { path, what, .. }) => {
+            println!(
+                "event log {p} {what}: nothing in it can be read; restore it from a backup, or \
+                 move it aside (mv {p} {p}.damaged) to start kerneld with an empty log",
+                p = path.display()
+            );
             return ExitCode::from(1);
         }
         Err(e) => {

@@ -57,7 +57,8 @@ pub fn resolve<'a>(
         return Err(RpcError::new(
             code::INVALID_PARAMS,
             format!(
-                "`{goal_ref}` names {} active goals: {}{}; use an id",
+                "`{}` names {} active goals: {}{}; use an id",
+                crate::wire::quote(goal_ref),
                 active.len(),
                 listed.join(", "),
                 if more > 0 {
@@ -74,7 +75,10 @@ pub fn resolve<'a>(
     group.last().map(|g| g.id.to_string()).ok_or_else(|| {
         RpcError::new(
             code::GOAL_NOT_FOUND,
-            format!("no goal `{goal_ref}` (by id or name); `kernelctl status` lists them"),
+            format!(
+                "no goal `{}` (by id or name); `kernelctl status` lists them",
+                crate::wire::quote(goal_ref)
+            ),
         )
     })
 }

@@ -315,8 +315,38 @@ struct Conn {
     write_timeout: Duration,
 }
 
-async fn send(conn: &mut Conn, msg: &impl Serialize) -> anyhow::Result<()> {
-    let mut line = serde_json::to_vec(msg)?;
+/// Sends an answer. One longer than `MAX_LINE`, which no client could read, is answered
+/// with `REPLY_TOO_LARGE` instead: whatever a reply holds, the client hears why.
+async fn send(conn: &mut Conn, reply: &Response) -> anyhow::Result<()> {
+    write_line(conn, reply_line(reply)?).await
+}
+
+/// The line that answers with `reply` (no newline yet): it, or `REPLY_TOO_LARGE`.
+fn reply_line(reply: &Response) -> serde_json::Result<Vec<u8>> {
+    let line = serde_json::to_vec(reply)?;
+    if line.len() < MAX_LINE {
+        return Ok(line);
+    }
+    serde_json::to_vec(&too_large(reply.id.clone(), line.len()))
+}
+
+fn too_large(id: Value, bytes: usize) -> Response {
+    let err = RpcError::new(
+        code::REPLY_TOO_LARGE,
+        format!(
+            "the answer is {bytes} bytes, more than the {MAX_LINE} a line may carry; ask for \
+             less: one goal (`status GOAL`), a page (`status --all`, `events --limit N`)"
+        ),
+    );
+    Response::err(id, err)
+}
+
+/// Sends a notification (an event: `wire::MAX_EVENT_BYTES` keeps it within a line).
+async fn notify(conn: &mut Conn, msg: &impl Serialize) -> anyhow::Result<()> {
+    write_line(conn, serde_json::to_vec(msg)?).await
+}
+
+async fn write_line(conn: &mut Conn, mut line: Vec<u8>) -> anyhow::Result<()> {
     line.push(b'\n');
     match tokio::time::timeout(conn.write_timeout, conn.writer.write_all(&line)).await {
         Ok(r) => Ok(r?),
@@ -536,7 +566,7 @@ async fn follow(
                         continue;
                     }
                     last = ev.seq;
-                    send(&mut conn, &event_notification(&ev)?).await?;
+                    notify(&mut conn, &event_notification(&ev)?).await?;
                 }
                 // Too slow a reader: catch up from the log itself.
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
@@ -573,7 +603,7 @@ async fn catch_up(
         }
         for ev in more {
             *last = ev.seq;
-            send(conn, &event_notification(&ev)?).await?;
+            notify(conn, &event_notification(&ev)?).await?;
         }
     }
 }
@@ -618,5 +648,27 @@ mod user_slot_tests {
         drop((root, others, daemon_user));
         let c = counts.lock().unwrap();
         assert_eq!((c.total, c.per_uid.len()), (0, 0));
+    }
+
+    #[test]
+    fn an_answer_longer_than_a_line_becomes_an_error_that_says_so() {
+        let small = Response::ok(serde_json::json!(7), serde_json::json!("fine"));
+        assert_eq!(
+            reply_line(&small).unwrap(),
+            serde_json::to_vec(&small).unwrap()
+        );
+        let huge = Response::ok(
+            serde_json::json!(8),
+            serde_json::json!("x".repeat(MAX_LINE)),
+        );
+        let line = reply_line(&huge).unwrap();
+        assert!(line.len() < 1000);
+        let v: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(v["id"], 8);
+        assert_eq!(v["error"]["code"], code::REPLY_TOO_LARGE);
+        assert!(v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ask for less"));
     }
 }

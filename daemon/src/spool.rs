@@ -23,8 +23,9 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::Engine;
 use crate::wire::EnqueueParams;
 
-/// Goal files are small; anything bigger is a mistake, not a goal.
-const MAX_GOAL_FILE: u64 = 4 * 1024 * 1024;
+/// Goal files are small; anything bigger is a mistake, not a goal (the same limit as
+/// `kernelctl enqueue`'s).
+const MAX_GOAL_FILE: u64 = kerneld_protocol::limits::GOAL_FILE_BYTES;
 
 pub async fn watch(dir: PathBuf, engine: Arc<Engine>, stop: CancellationToken) {
     for sub in ["done", "rejected"] {
@@ -226,6 +227,15 @@ fn read_submission(path: &Path) -> std::io::Result<Submission> {
             "not a regular file; drop a goal file (TOML)".into(),
         ));
     }
+    // A hard link to someone else's file has that someone's uid: the owner would be whoever
+    // wrote the file, not whoever dropped the link (as with a symbolic link, above).
+    if meta.nlink() > 1 {
+        return Ok(Submission::Refused(format!(
+            "a file with {} hard links; its owner need not be who dropped it: drop a copy of \
+             the goal file",
+            meta.nlink()
+        )));
+    }
     if meta.len() > MAX_GOAL_FILE {
         return Ok(Submission::Refused(format!(
             "{} bytes; a goal file may have at most {MAX_GOAL_FILE}",
@@ -288,7 +298,7 @@ mod tests {
     }
 
     #[test]
-    fn a_symlink_is_refused_and_the_owner_comes_from_the_file() {
+    fn links_are_refused_and_the_owner_comes_from_the_file() {
         let d = temp("link");
         std::fs::write(d.join("real.toml"), "name = \"x\"\n").unwrap();
         std::os::unix::fs::symlink(d.join("real.toml"), d.join("link.toml")).unwrap();
@@ -303,6 +313,12 @@ mod tests {
             }
             Submission::Refused(why) => panic!("refused: {why}"),
         }
+        std::fs::hard_link(d.join("real.toml"), d.join("hard.toml")).unwrap();
+        match read_submission(&d.join("hard.toml")).unwrap() {
+            Submission::Refused(why) => assert!(why.contains("hard links"), "{why}"),
+            Submission::Goal { .. } => panic!("a hard link was taken"),
+        }
+        std::fs::remove_file(d.join("hard.toml")).unwrap();
         std::fs::write(d.join("bin.toml"), b"name = \"\xff\"\n").unwrap();
         assert!(matches!(
             read_submission(&d.join("bin.toml")).unwrap(),

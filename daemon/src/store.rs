@@ -89,6 +89,14 @@ pub enum StoreError {
     /// database is reopened, so the store says so at once instead of failing each time.
     #[error("event log {path} can no longer be written since: {first}; kerneld stops so that it never acknowledges what is not durable; free space in that directory and start it again (systemd restarts it)")]
     Unwritable { path: PathBuf, first: String },
+    /// An event larger than `wire::MAX_EVENT_BYTES`: refused before the commit (nothing is
+    /// written and the log stays writable), so every stored event fits in a reply.
+    #[error("a {kind} event of {bytes} bytes is larger than the {max} bytes an event may have; nothing was recorded")]
+    EventTooLarge {
+        kind: &'static str,
+        bytes: usize,
+        max: usize,
+    },
 }
 
 fn db_err(path: &Path, e: impl Into<redb::Error>) -> StoreError {
@@ -348,6 +356,13 @@ impl Store {
                 kind: item.kind,
             };
             let bytes = serde_json::to_vec(&ev).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            if bytes.len() > crate::wire::MAX_EVENT_BYTES {
+                return Err(StoreError::EventTooLarge {
+                    kind: ev.kind.type_name(),
+                    bytes: bytes.len(),
+                    max: crate::wire::MAX_EVENT_BYTES,
+                });
+            }
             events_t
                 .insert(seq, bytes.as_slice())
                 .map_err(|e| self.err(e))?;

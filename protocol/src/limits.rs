@@ -20,6 +20,18 @@ pub const PLATEAU: RangeInclusive<i64> = 1..=1_000_000;
 pub const GPU_HOURS_MAX: f64 = 100_000.0;
 /// `stop.target_speedup`: above 0, at most a million times the baseline.
 pub const TARGET_SPEEDUP_MAX: f64 = 1_000_000.0;
+/// `budget.tokens`: a trillion tokens is far beyond any night's endpoint bill.
+pub const TOKENS: RangeInclusive<i64> = 1..=1_000_000_000_000;
+/// `budget.cost`: above 0, at most a billion (in the endpoint's currency).
+pub const COST_MAX: f64 = 1_000_000_000.0;
+/// `budget.price_per_1k_tokens`: above 0, at most a thousand per thousand tokens.
+pub const PRICE_PER_1K_TOKENS_MAX: f64 = 1_000.0;
+/// Seed candidates one goal names (each one distinct): a goal starts from a few.
+pub const SEEDS: RangeInclusive<usize> = 1..=16;
+/// The goal as the daemon keeps it (its spec with the seeds' text, as JSON): it is the
+/// goal's first event, which `events` and `show` send whole to whoever asks, so it must
+/// stay far below a reply line (`wire::MAX_LINE`, 8 MiB) whatever the goal file says.
+pub const GOAL_STORED_BYTES: usize = 2 << 20;
 
 /// An integer within its range, or the error that names both.
 pub fn int_in(field: &str, value: i64, range: &RangeInclusive<i64>) -> Result<u64, String> {
@@ -59,6 +71,31 @@ pub fn name(name: &str) -> Result<(), String> {
     }
 }
 
+/// The number of (distinct) seeds a goal names.
+pub fn seeds(count: usize) -> Result<(), String> {
+    if SEEDS.contains(&count) {
+        Ok(())
+    } else {
+        Err(format!(
+            "`seed` must name between {} and {} seeds (got {count})",
+            SEEDS.start(),
+            SEEDS.end()
+        ))
+    }
+}
+
+/// The size of a goal as stored (spec and seed texts, as JSON).
+pub fn goal_stored(bytes: usize) -> Result<(), String> {
+    if bytes <= GOAL_STORED_BYTES {
+        Ok(())
+    } else {
+        Err(format!(
+            "the goal with its seeds' text is {bytes} bytes as stored; a goal may be at most \
+             {GOAL_STORED_BYTES} bytes (2 MiB): name fewer or smaller seeds"
+        ))
+    }
+}
+
 /// A goal file's size, before it is read or parsed.
 pub fn goal_file(what: &str, bytes: u64) -> Result<(), String> {
     if bytes <= GOAL_FILE_BYTES {
@@ -91,6 +128,13 @@ mod tests {
             .unwrap_err()
             .contains("between 1 and 128 bytes"));
         assert!(name("ok").is_ok());
+        let e = int_in("budget.tokens", i64::MAX, &TOKENS).unwrap_err();
+        assert!(e.contains("between 1 and 1000000000000"), "{e}");
+        assert!(seeds(0).is_err() && seeds(17).unwrap_err().contains("between 1 and 16"));
+        assert!(goal_stored(GOAL_STORED_BYTES).is_ok());
+        assert!(goal_stored(GOAL_STORED_BYTES + 1)
+            .unwrap_err()
+            .contains("at most 2097152 bytes"));
         assert!(goal_file("g.toml", GOAL_FILE_BYTES + 1)
             .unwrap_err()
             .contains("at most"));

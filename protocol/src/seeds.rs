@@ -49,10 +49,26 @@ pub fn seed_refs(text: &str) -> Vec<String> {
 pub fn local_seed_files(goal_file: &Path, text: &str) -> Result<BTreeMap<String, String>, String> {
     let goal_dir = goal_file.parent().unwrap_or(Path::new("."));
     let mut files = BTreeMap::new();
+    // The seeds' texts together: more than a goal may keep is refused here, before a
+    // request larger than the daemon reads is built (it says why, with file and line,
+    // about every other limit on seeds).
+    let mut total = 0usize;
     for seed in seed_refs(text) {
+        if files.contains_key(&seed) {
+            continue;
+        }
         let path = goal_dir.join(&seed);
         match crate::userfile::read_regular(&path, MAX_SEED_BYTES) {
             Ok(source) => {
+                total += source.len();
+                if total > crate::limits::GOAL_STORED_BYTES {
+                    return Err(format!(
+                        "the seeds next to {} total more than {} bytes, the most a goal may \
+                         keep with its seeds' text: name fewer or smaller seeds",
+                        goal_file.display(),
+                        crate::limits::GOAL_STORED_BYTES
+                    ));
+                }
                 files.insert(seed, source);
             }
             Err(e @ (UserFileError::TooLarge(_) | UserFileError::NotUtf8)) => {

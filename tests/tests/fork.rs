@@ -104,3 +104,45 @@ fn a_fork_carries_the_origins_state_as_of_seq_and_says_where_it_came_from() {
     let bad = output_text(&bad);
     assert!(bad.contains("laps"), "{bad}");
 }
+
+/// A fork re-reads its name, budget and agent as the forker's own goal file, and the
+/// stored task is a path: an ordinary user's fork of their own goal of an installed task
+/// used to be refused as "a task given by path" (only trusted users may name one).
+#[test]
+fn an_ordinary_user_forks_their_own_goal() {
+    let Some(dir) = nobody_dir("forknobody") else {
+        return;
+    };
+    let d = Daemon::start(dir.path());
+    let goal = dir.path().join("mine.toml");
+    write_public(
+        &goal,
+        "name = \"mine\"\ntask = \"demo\"\n[budget]\niterations = 1000\n",
+    );
+    let out = kernelctl_as_nobody(&d.socket, &["enqueue", goal.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let out = kernelctl_as_nobody(
+        &d.socket,
+        &[
+            "fork",
+            "mine",
+            "--name",
+            "mine-b",
+            "--budget",
+            "iterations=3",
+        ],
+    );
+    assert!(out.status.success(), "{}", output_text(&out));
+    let forked = d
+        .status()
+        .into_iter()
+        .find(|g| g.name == "mine-b")
+        .expect("the fork is listed");
+    assert_eq!(forked.owner_uid, 65534);
+    for g in d.status() {
+        d.call(
+            kerneld::wire::method::CANCEL,
+            serde_json::json!({"goal": g.id}),
+        );
+    }
+}

@@ -169,6 +169,11 @@ fn kerneld_check_reports_a_sound_log_and_a_damaged_one() {
     let (code, text) = check("truncated");
     assert_eq!(code, 1, "{text}");
     assert!(text.contains(log.to_str().unwrap()), "{text}");
+    // Its advice is what to do next, not to run what just ran.
+    assert!(
+        text.contains("backup") && !text.contains("run `kerneld check`"),
+        "{text}"
+    );
 
     std::fs::remove_file(&log).unwrap();
     let (code, text) = check("missing");
@@ -233,6 +238,18 @@ fn names_budgets_and_stop_values_outside_their_ranges_are_refused_naming_the_ran
             "stop.target_speedup",
         ),
         (goal(&long_name, "", ""), "name"),
+        (
+            goal("a", "tokens = 9223372036854775807", ""),
+            "budget.tokens",
+        ),
+        (
+            goal("a", "price_per_1k_tokens = 0.01\ncost = 1e308", ""),
+            "budget.cost",
+        ),
+        (
+            goal("a", "price_per_1k_tokens = 1e308\ncost = 20.0", ""),
+            "budget.price_per_1k_tokens",
+        ),
     ];
     for (text, field) in &cases {
         let reply = enqueue_text(&d, dir.path(), text);

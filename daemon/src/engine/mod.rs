@@ -23,6 +23,7 @@
 
 mod ahead;
 mod auth;
+mod caps;
 mod dispatch;
 mod evaluation;
 mod history;

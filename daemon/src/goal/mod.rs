@@ -23,7 +23,7 @@ mod schema;
 pub use errors::GoalError;
 
 use crate::task::Task;
-use crate::wire::{Budget, GoalSpec, Resources, SeedSource, StopRules};
+use crate::wire::{self, Budget, GoalSpec, Resources, SeedSource, StopRules};
 use errors::Ctx;
 use schema::RawGoal;
 
@@ -249,6 +249,21 @@ pub fn parse(
             "no seed candidate: set `seed`, or list `seeds` in the task's task.toml",
         ));
     }
+    // Each seed once, and a few of them: a seed's text is kept in the goal as many times as
+    // it is named, so a short file naming one large seed thousands of times would
+    // otherwise grow the daemon, the log and every reply that shows the goal.
+    for (i, seed) in seed_names.iter().enumerate() {
+        if seed_names[..i].contains(seed) {
+            return Err(cx.err(
+                seed_span.clone(),
+                format!(
+                    "seed `{}` is named twice: name each seed once",
+                    wire::quote(seed)
+                ),
+            ));
+        }
+    }
+    limits::seeds(seed_names.len()).map_err(|m| cx.err(seed_span.clone(), m))?;
     let mut seeds = Vec::new();
     for seed in &seed_names {
         let from_task = task_seed_file(&task.dir, seed);
@@ -319,29 +334,28 @@ pub fn parse(
         budget.gpu_hours = Some(h.map_err(|m| cx.err(g.span(), m))?);
     }
     if let Some(t) = &raw.budget.tokens {
-        if *t.get_ref() < 1 {
-            return Err(cx.err(t.span(), "`budget.tokens` must be at least 1"));
-        }
-        budget.tokens = Some(*t.get_ref() as u64);
+        let n = limits::int_in("budget.tokens", *t.get_ref(), &limits::TOKENS);
+        budget.tokens = Some(n.map_err(|m| cx.err(t.span(), m))?);
     }
-    let positive = |v: &toml::Spanned<f64>, key: &str| {
-        if v.get_ref().is_finite() && *v.get_ref() > 0.0 {
-            Ok(*v.get_ref())
-        } else {
-            Err(cx.err(
-                v.span(),
-                format!("`budget.{key}` must be a positive number"),
-            ))
-        }
+    let positive = |v: &toml::Spanned<f64>, key: &str, max: f64, example: &str| {
+        limits::positive_at_most(&format!("budget.{key}"), *v.get_ref(), max, example)
+            .map_err(|m| cx.err(v.span(), m))
     };
     budget.price_per_1k_tokens = raw
         .budget
         .price_per_1k_tokens
         .as_ref()
-        .map(|p| positive(p, "price_per_1k_tokens"))
+        .map(|p| {
+            positive(
+                p,
+                "price_per_1k_tokens",
+                limits::PRICE_PER_1K_TOKENS_MAX,
+                "0.01",
+            )
+        })
         .transpose()?;
     if let Some(c) = &raw.budget.cost {
-        budget.cost = Some(positive(c, "cost")?);
+        budget.cost = Some(positive(c, "cost", limits::COST_MAX, "20.0")?);
         if budget.price_per_1k_tokens.is_none() {
             return Err(cx.err(
                 c.span(),
@@ -384,7 +398,7 @@ pub fn parse(
         }
     };
 
-    Ok(GoalSpec {
+    let spec = GoalSpec {
         name,
         task: task.manifest.name.clone(),
         task_dir: task.dir.display().to_string(),
@@ -396,7 +410,12 @@ pub fn parse(
         stop,
         agent,
         resources: Resources { gpus, priority },
-    })
+    };
+    // The goal as it will be stored: whatever the file's fields and seeds, the first event
+    // of the goal stays far below a reply line.
+    let stored = serde_json::to_vec(&spec).map_or(usize::MAX, |v| v.len());
+    limits::goal_stored(stored).map_err(|m| cx.err(0..0, m))?;
+    Ok(spec)
 }
 
 /// True for `g` followed by digits only: the form of goal ids.

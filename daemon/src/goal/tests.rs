@@ -431,9 +431,23 @@ fn token_and_cost_budgets() {
     assert!(e.to_string().contains("price_per_1k_tokens"), "{e}");
     let e = parse_in(&d, "name = \"g\"\ntask = \"demo\"\n[budget]\ntokens = 0\n").unwrap_err();
     assert!(
-        e.to_string().contains("`budget.tokens` must be at least 1"),
+        e.to_string()
+            .contains("`budget.tokens` must be between 1 and 1000000000000"),
         "{e}"
     );
+    for (budget, field) in [
+        ("tokens = 1000000000001", "budget.tokens"),
+        ("cost = 1e308\nprice_per_1k_tokens = 0.01", "budget.cost"),
+        (
+            "cost = 1.0\nprice_per_1k_tokens = 1e308",
+            "budget.price_per_1k_tokens",
+        ),
+        ("cost = -1.0\nprice_per_1k_tokens = 0.01", "budget.cost"),
+    ] {
+        let text = format!("name = \"g\"\ntask = \"demo\"\n[budget]\n{budget}\n");
+        let e = parse_in(&d, &text).unwrap_err().to_string();
+        assert!(e.contains(field) && e.contains("between"), "{budget}: {e}");
+    }
 }
 
 #[test]

@@ -347,3 +347,44 @@ fn the_lock_is_the_processs_and_goes_with_the_store() {
     drop(b);
     owner::remove_log(&path);
 }
+
+#[test]
+fn an_event_larger_than_half_a_line_is_refused_and_the_log_stays_writable() {
+    let path = temp_db();
+    let store = Store::open(&path).unwrap();
+    let (id, _) = store.enqueue_goal(spec(), 1000).unwrap();
+    let before = store.last_seq().unwrap();
+    let huge = NewEvent::goal(
+        &id,
+        EventKind::AgentFailed {
+            agent: "command".into(),
+            message: "x".repeat(crate::wire::MAX_EVENT_BYTES),
+            failures: 1,
+        },
+    );
+    let small = NewEvent::goal(
+        &id,
+        EventKind::AgentFailed {
+            agent: "command".into(),
+            message: "short".into(),
+            failures: 2,
+        },
+    );
+    // The batch is refused whole: nothing of it is recorded.
+    let err = store.append(vec![small.clone(), huge]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::EventTooLarge {
+                kind: "agent_failed",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(store.last_seq().unwrap(), before);
+    assert!(store.unwritable().is_none());
+    store.append(vec![small]).unwrap();
+    assert_eq!(store.last_seq().unwrap(), before + 1);
+    let _ = std::fs::remove_file(&path);
+}

@@ -15,6 +15,21 @@ pub const PROTOCOL: u32 = 1;
 /// `enqueue`, candidate sources inside `best`: both are far below this.
 pub const MAX_LINE: usize = 8 * 1024 * 1024;
 
+/// Largest event the daemon stores, as JSON. An `events` page is cut at half a line and
+/// always holds at least one event, so with every event within this bound no page, and no
+/// `event` notification, can outgrow a line: no one event can make the log unreadable.
+pub const MAX_EVENT_BYTES: usize = MAX_LINE / 2;
+
+/// A piece of a request quoted back in an error message: as sent, or its first 64
+/// characters and its length. Errors echo what a user named, and a user may name 8 MB.
+pub fn quote(text: &str) -> String {
+    const SHOWN: usize = 64;
+    match text.char_indices().nth(SHOWN) {
+        Some((cut, _)) => format!("{}… ({} bytes)", &text[..cut], text.len()),
+        None => text.to_string(),
+    }
+}
+
 mod events;
 mod fork;
 mod params;
@@ -139,6 +154,11 @@ pub mod code {
     pub const SHUTTING_DOWN: i64 = -32006;
     /// Too many connections are open; close idle clients and retry.
     pub const TOO_MANY_CONNECTIONS: i64 = -32007;
+    /// The caller (or every user together) has as many active goals as kerneld keeps;
+    /// finish or cancel some first (`max_active_goals_per_user`, `max_active_goals`).
+    pub const TOO_MANY_GOALS: i64 = -32008;
+    /// The answer would be longer than `MAX_LINE`; ask for less (a page, one goal).
+    pub const REPLY_TOO_LARGE: i64 = -32009;
 }
 
 /// Declares every method once: its name (a constant in `method`, for the client) and

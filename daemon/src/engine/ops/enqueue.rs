@@ -2,6 +2,9 @@
 
 use crate::engine::*;
 
+/// Longest goal file path accepted (Linux's PATH_MAX).
+const MAX_PATH_BYTES: usize = 4096;
+
 impl Engine {
     /// What a goal file from `uid` may ask for (fork's settings are checked the same way).
     pub(super) fn requester(
@@ -55,6 +58,17 @@ impl Engine {
                 "kerneld is stopping; enqueue again once it is back",
             ));
         }
+        // The path only names the file in messages and resolves a relative task: no
+        // file system takes a longer one, and every error would quote it.
+        if params.path.len() > MAX_PATH_BYTES {
+            return Err(rpc_err(
+                code::INVALID_PARAMS,
+                format!(
+                    "enqueue: `path` is {} bytes; a path may be at most {MAX_PATH_BYTES}",
+                    params.path.len()
+                ),
+            ));
+        }
         let kernels = self.config().kernels_dir.clone();
         let requester = self.requester(uid, params.files);
         let sent_seeds = !requester.files.is_empty();
@@ -70,19 +84,22 @@ impl Engine {
             .admit(spec.agent.kind().as_str(), sent_seeds)
             .map_err(|e| rpc_err(code::PERMISSION_DENIED, e))?;
         let guard = self.commit_lock.lock().await;
-        if params.unique {
+        {
             let st = self.state.lock().unwrap();
-            if let Some(g) = st.goals.values().find(|g| {
-                g.proj.spec.name == spec.name
-                    && g.proj.owner_uid == uid
-                    && !g.proj.state.is_terminal()
-            }) {
-                return Ok(EnqueueResult {
-                    id: g.proj.id.clone(),
-                    name: spec.name,
-                    created: false,
-                });
+            if params.unique {
+                if let Some(g) = st.goals.values().find(|g| {
+                    g.proj.spec.name == spec.name
+                        && g.proj.owner_uid == uid
+                        && !g.proj.state.is_terminal()
+                }) {
+                    return Ok(EnqueueResult {
+                        id: g.proj.id.clone(),
+                        name: spec.name,
+                        created: false,
+                    });
+                }
             }
+            self.admit_goal(&st, uid)?;
         }
         let name = spec.name.clone();
         let store = self.store.clone();

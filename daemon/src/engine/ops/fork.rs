@@ -57,10 +57,22 @@ impl Engine {
             .name
             .clone()
             .unwrap_or_else(|| format!("{}-fork", origin.spec.name));
+        // The task as the forker's own goal file would name it: an installed task by its
+        // directory under the kernels directory (a task path is for trusted users only,
+        // and the stored one is a path even for an installed task).
+        let kernels_dir = self.config().kernels_dir.clone();
+        let task_ref = std::path::Path::new(&origin.spec.task_dir)
+            .strip_prefix(&kernels_dir)
+            .ok()
+            .filter(|rel| rel.components().next().is_some())
+            .map_or_else(
+                || origin.spec.task_dir.clone(),
+                |rel| rel.display().to_string(),
+            );
         let mut text = format!(
             "name = {}\ntask = {}\n",
             toml_string(&name),
-            toml_string(&origin.spec.task_dir)
+            toml_string(&task_ref)
         );
         if !p.budget.is_empty() {
             text.push_str("[budget]\n");
@@ -85,7 +97,7 @@ impl Engine {
             text.push_str(agent);
         }
         let requester = self.requester(uid, Default::default());
-        let kernels = self.config().kernels_dir.clone();
+        let kernels = kernels_dir;
         let label = format!("the fork of {from} (--name, --budget, --agent)");
         let parsed = tokio::task::spawn_blocking(move || {
             crate::goal::parse(&label, &text, &kernels, &requester)
@@ -123,6 +135,7 @@ impl Engine {
         then.extend(carried.kinds);
         let name = spec.name.clone();
         let guard = self.commit_lock.lock().await;
+        self.admit_goal(&self.state.lock().unwrap(), uid)?;
         let store = self.store.clone();
         let (id, evs) =
             tokio::task::spawn_blocking(move || store.enqueue_goal_with(spec, uid, then))

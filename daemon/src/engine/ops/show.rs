@@ -4,6 +4,9 @@ use crate::engine::*;
 
 /// Evaluation records kept in `show`.
 const RECENT: usize = 20;
+/// ... and no more bytes of them than this: with the spec (at most
+/// `limits::GOAL_STORED_BYTES`) the answer stays well within a line.
+const RECENT_BYTES: usize = crate::wire::MAX_LINE / 4;
 
 impl Engine {
     pub(crate) async fn show(&self, goal: &str, uid: u32) -> RpcResult<GoalDetail> {
@@ -20,7 +23,16 @@ impl Engine {
             .await
             .map_err(internal)?
             .map_err(internal)?;
-        let cut = recent.len().saturating_sub(RECENT);
+        let mut cut = recent.len().saturating_sub(RECENT);
+        let mut bytes = 0;
+        // The newest first, while they fit (at least the newest one).
+        for (i, r) in recent.iter().enumerate().skip(cut).rev() {
+            bytes += serde_json::to_vec(r).map_or(0, |v| v.len());
+            if bytes > RECENT_BYTES && i + 1 < recent.len() {
+                cut = i + 1;
+                break;
+            }
+        }
         recent.drain(..cut);
         Ok(GoalDetail {
             summary,
