@@ -8,7 +8,8 @@
 //! `kerneld` on it and measures: start-up (spawn to the first `status` answer; and to the
 //! first `version` answer, which waits for the sandbox trial), `status` latency
 //! over one connection (p50/p99), the daemon's RSS, the log's bytes per event; and the
-//! idle RSS of a daemon with an empty log. The worker is the stub
+//! idle RSS of a daemon with an empty log; and `status` with 2,048 active goals, the default
+//! cap on them (`at_the_cap`). The worker is the stub
 //! (`tests/fixtures/stub_worker.py`), so no torch import competes with the measurement.
 //! Writes results/daemon/bench-<date>.json.
 
@@ -216,6 +217,68 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     (v * 1000.0).round() / 1000.0
 }
 
+/// `status` with as many active goals as the default `max_active_goals` (2,048) allows,
+/// enqueued through the socket on an empty log (the per-user cap is raised so that one
+/// client can fill it; what `status` costs depends only on how many goals are active):
+/// enqueue and `status` latency, the reply's bytes, and the refusal of one more.
+fn at_the_cap(dir: &Path, kernels: &Path) -> Value {
+    const CAP: usize = 2048;
+    std::fs::create_dir_all(dir).unwrap();
+    let conf = dir.join("kerneld.toml");
+    std::fs::write(
+        &conf,
+        format!("max_active_goals = {CAP}\nmax_active_goals_per_user = {CAP}\n"),
+    )
+    .unwrap();
+    let mut args = daemon_args_with(dir, kernels);
+    args.extend(["--config".into(), conf.into_os_string()]);
+    let d = Daemon::spawn(dir, &args, &[]);
+    d.wait_ready(Duration::from_secs(60));
+    let mut s = UnixStream::connect(&d.socket).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut enqueue = |i: usize| -> (f64, Value) {
+        let text = format!("name = \"cap{i}\"\ntask = \"demo\"\n[budget]\niterations = 1000\n");
+        let req = wire::Request::new(
+            i as u64,
+            wire::method::ENQUEUE,
+            json!({"path": dir.join("g.toml"), "source": text}),
+        );
+        let t0 = Instant::now();
+        s.write_all(format!("{}\n", serde_json::to_string(&req).unwrap()).as_bytes())
+            .unwrap();
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        (
+            t0.elapsed().as_secs_f64() * 1000.0,
+            serde_json::from_str(&line).unwrap(),
+        )
+    };
+    let mut lat = Vec::with_capacity(CAP);
+    for i in 0..CAP {
+        let (ms, v) = enqueue(i);
+        assert!(v.get("result").is_some(), "enqueue {i}: {v}");
+        lat.push(ms);
+    }
+    let (_, refused) = enqueue(CAP);
+    assert_eq!(
+        refused["error"]["code"],
+        wire::code::TOO_MANY_GOALS,
+        "{refused}"
+    );
+    lat.sort_by(f64::total_cmp);
+    let (status, bytes) = status_latencies(&d.socket, 300);
+    let rss = rss_kib(d.child.id());
+    assert!(d.stop().success());
+    json!({
+        "active_goals": CAP,
+        "enqueue_ms": {"p50": pct(&lat, 0.5), "p99": pct(&lat, 0.99), "max": pct(&lat, 1.0)},
+        "status_ms": {"p50": pct(&status, 0.5), "p99": pct(&status, 0.99), "max": pct(&status, 1.0), "calls": status.len()},
+        "status_reply_bytes": bytes,
+        "one_more_refused": refused["error"]["message"],
+        "rss_mib": (rss as f64 / 1024.0 * 10.0).round() / 10.0,
+    })
+}
+
 fn main() {
     let arg = |i: usize, default: u64| {
         std::env::args()
@@ -267,6 +330,8 @@ fn main() {
     d.kill9();
     let (d, after_kill_ms, _) = start(dir.path(), &kernels);
     assert!(d.stop().success());
+    eprintln!("status at the active-goal cap...");
+    let cap = at_the_cap(&dir.path().join("cap"), &kernels);
     starts.sort_by(f64::total_cmp);
     sandbox_ready.sort_by(f64::total_cmp);
     let machine = format!(
@@ -325,6 +390,8 @@ fn main() {
         "idle_rss_mib_empty_log": (idle_rss as f64 / 1024.0 * 10.0).round() / 10.0,
         "empty_log_startup_ms": (empty_start_ms * 10.0).round() / 10.0,
         "empty_log_sandbox_ready_ms": (empty_sandbox_ms * 10.0).round() / 10.0,
+        // The most active goals the defaults allow: a plain `status` lists each one.
+        "at_active_goal_cap": cap,
     });
     println!("{}", serde_json::to_string_pretty(&figures).unwrap());
     let out = repo_root().join("results/daemon");
