@@ -317,12 +317,12 @@ struct Conn {
 
 /// Sends an answer. One longer than `MAX_LINE`, which no client could read, is answered
 /// with `REPLY_TOO_LARGE` instead: whatever a reply holds, the client hears why.
-async fn send(conn: &mut Conn, reply: &Response) -> anyhow::Result<()> {
+async fn send<R: Serialize>(conn: &mut Conn, reply: &Response<R>) -> anyhow::Result<()> {
     write_line(conn, reply_line(reply)?).await
 }
 
 /// The line that answers with `reply` (no newline yet): it, or `REPLY_TOO_LARGE`.
-fn reply_line(reply: &Response) -> serde_json::Result<Vec<u8>> {
+fn reply_line<R: Serialize>(reply: &Response<R>) -> serde_json::Result<Vec<u8>> {
     let line = serde_json::to_vec(reply)?;
     if line.len() < MAX_LINE {
         return Ok(line);
@@ -442,14 +442,13 @@ pub async fn connection(
                 return follow(conn, engine, id, p.clone(), stop, uid).await;
             }
         }
-        let reply = match dispatch(&engine, call, uid).await {
-            Ok(v) => Response::ok(id, v),
+        match dispatch(&engine, call, uid).await {
+            Ok(v) => send(&mut conn, &Response::ok(id, v)).await?,
             Err(e) => {
                 crate::audit::refused(uid, &req, &e);
-                Response::err(id, e)
+                send(&mut conn, &Response::err(id, e)).await?
             }
-        };
-        send(&mut conn, &reply).await?;
+        }
     }
 }
 
@@ -494,15 +493,19 @@ pub fn parse_request(line: &str) -> Parsed {
     }
 }
 
-fn to_value<T: Serialize>(r: RpcResult<T>) -> RpcResult<Value> {
+/// A result as the JSON text of the answer, written once (see `wire::Response`).
+type Answer = Box<serde_json::value::RawValue>;
+
+fn to_value<T: Serialize>(r: RpcResult<T>) -> RpcResult<Answer> {
     r.and_then(|v| {
-        serde_json::to_value(v).map_err(|e| RpcError::new(code::INTERNAL_ERROR, e.to_string()))
+        serde_json::value::to_raw_value(&v)
+            .map_err(|e| RpcError::new(code::INTERNAL_ERROR, e.to_string()))
     })
 }
 
 /// One operation per method (engine/ops/); a new method that is not answered here does
 /// not compile.
-async fn dispatch(engine: &Engine, call: Call, uid: u32) -> RpcResult<Value> {
+async fn dispatch(engine: &Engine, call: Call, uid: u32) -> RpcResult<Answer> {
     match call {
         Call::Enqueue(p) => to_value(engine.enqueue(p, uid).await),
         Call::Status(p) => to_value(engine.status(&p, uid)),

@@ -227,7 +227,10 @@ fn at_the_cap(dir: &Path, kernels: &Path) -> Value {
     let conf = dir.join("kerneld.toml");
     std::fs::write(
         &conf,
-        format!("max_active_goals = {CAP}\nmax_active_goals_per_user = {CAP}\n"),
+        format!(
+            "max_active_goals = {CAP}\nmax_active_goals_per_user = {}\n",
+            CAP + 1
+        ),
     )
     .unwrap();
     let mut args = daemon_args_with(dir, kernels);
