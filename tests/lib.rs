@@ -463,6 +463,14 @@ pub fn write_http(stream: &mut std::net::TcpStream, status: &str, headers: &str,
 /// The unprivileged uid the tests run clients as.
 pub const NOBODY: &str = "65534";
 
+/// Whether the daemon's log `log` has the audit line of a change by `uid` that it refused
+/// (`daemon/src/audit.rs`): `method`, and the goal or file it named when `target` is given.
+pub fn audited(log: &str, uid: &str, method: &str, target: Option<&str>) -> bool {
+    let head = format!("refused: uid {uid} {method} ");
+    log.lines()
+        .any(|l| l.contains(&head) && target.is_none_or(|t| l.contains(t)))
+}
+
 /// `setpriv` as uid/gid 65534 with no supplementary groups, ready for a program.
 pub const AS_NOBODY: [&str; 4] = [
     "setpriv",

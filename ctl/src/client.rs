@@ -160,7 +160,7 @@ impl Client {
             .map_err(|e| ClientError::Protocol(e.to_string()))?;
         // The daemon would answer "too long" and hang up while this is still writing:
         // say so here, before sending anything.
-        if line.len() >= wire::MAX_LINE {
+        if line.len() > wire::MAX_LINE {
             return Err(ClientError::TooLarge {
                 method: method.to_string(),
                 bytes: line.len(),

@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use crate::wire::{method, Request, RpcError};
+use crate::wire::{self, method, Request, RpcError};
 
 /// Methods that change something: a goal's state, or new goals and device work
 /// (fork, retime and revalidate record events and take GPU time).
@@ -25,14 +25,10 @@ const CHANGES: &[&str] = &[
 const QUOTE: usize = 200;
 
 fn quoted(v: Option<&Value>) -> String {
-    let text = match v {
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
+    match v {
+        Some(Value::String(s)) => wire::quote_at(s, QUOTE),
+        Some(other) => wire::quote_at(&other.to_string(), QUOTE),
         None => "-".into(),
-    };
-    match text.char_indices().nth(QUOTE) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text,
     }
 }
 
@@ -42,7 +38,7 @@ pub fn refused(uid: u32, req: &Request, err: &RpcError) {
         return;
     }
     let target = req.params.get("goal").or_else(|| req.params.get("path"));
-    let why = quoted(Some(&Value::String(err.message.clone())));
+    let why = wire::quote_at(&err.message, QUOTE);
     tracing::warn!(
         target: "audit",
         "refused: uid {uid} {} {} (code {}): {why}",

@@ -19,6 +19,7 @@ pub(crate) mod resolve;
 pub(crate) mod rpc;
 pub mod sandbox;
 pub(crate) mod scheduler;
+pub(crate) mod shares;
 pub mod slurm;
 pub(crate) mod spool;
 pub(crate) mod stability;

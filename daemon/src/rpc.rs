@@ -83,10 +83,10 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// Connections only root and kerneld's own user may take (an eighth of the total):
-    /// other users together fill at most the rest.
+    /// Connections only root and kerneld's own user may take (`shares::kept`): other
+    /// users together fill at most the rest.
     pub fn reserved(&self) -> usize {
-        self.max_connections / 8
+        crate::shares::kept(self.max_connections)
     }
 
     /// The defaults, with `KERNELD_RPC_MAX_CONNECTIONS`, `KERNELD_RPC_MAX_PER_USER` and
@@ -120,7 +120,7 @@ pub async fn serve_with(
     limits: Limits,
 ) {
     let counts: Arc<std::sync::Mutex<Counts>> = Arc::default();
-    let privileged = [0, nix::unistd::geteuid().as_raw()];
+    let privileged = crate::shares::privileged();
     let mut last_refusal_logged: Option<Instant> = None;
     loop {
         tokio::select! {
@@ -195,11 +195,7 @@ impl UserSlot {
         privileged: &[u32],
     ) -> Result<UserSlot, Refusal> {
         let mut c = counts.lock().unwrap();
-        let total = if privileged.contains(&uid) {
-            limits.max_connections
-        } else {
-            limits.max_connections - limits.reserved()
-        };
+        let total = crate::shares::room(limits.max_connections, privileged.contains(&uid));
         if c.total >= total {
             return Err(Refusal::Full(c.total));
         }
@@ -324,7 +320,8 @@ async fn send<R: Serialize>(conn: &mut Conn, reply: &Response<R>) -> anyhow::Res
 /// The line that answers with `reply` (no newline yet): it, or `REPLY_TOO_LARGE`.
 fn reply_line<R: Serialize>(reply: &Response<R>) -> serde_json::Result<Vec<u8>> {
     let line = serde_json::to_vec(reply)?;
-    if line.len() < MAX_LINE {
+    // The limit is the framer's (`lines::LineFramer`): MAX_LINE bytes before the newline.
+    if line.len() <= MAX_LINE {
         return Ok(line);
     }
     serde_json::to_vec(&too_large(reply.id.clone(), line.len()))
@@ -496,7 +493,7 @@ pub fn parse_request(line: &str) -> Parsed {
 /// A result as the JSON text of the answer, written once (see `wire::Response`).
 type Answer = Box<serde_json::value::RawValue>;
 
-fn to_value<T: Serialize>(r: RpcResult<T>) -> RpcResult<Answer> {
+fn to_answer<T: Serialize>(r: RpcResult<T>) -> RpcResult<Answer> {
     r.and_then(|v| {
         serde_json::value::to_raw_value(&v)
             .map_err(|e| RpcError::new(code::INTERNAL_ERROR, e.to_string()))
@@ -507,21 +504,21 @@ fn to_value<T: Serialize>(r: RpcResult<T>) -> RpcResult<Answer> {
 /// not compile.
 async fn dispatch(engine: &Engine, call: Call, uid: u32) -> RpcResult<Answer> {
     match call {
-        Call::Enqueue(p) => to_value(engine.enqueue(p, uid).await),
-        Call::Status(p) => to_value(engine.status(&p, uid)),
-        Call::Show(p) => to_value(engine.show(&p.goal, uid).await),
-        Call::Pause(p) => to_value(engine.pause(&p.goal, uid).await),
-        Call::Resume(p) => to_value(engine.resume(&p.goal, uid).await),
-        Call::Cancel(p) => to_value(engine.cancel(&p.goal, uid).await),
-        Call::Best(p) => to_value(engine.best(&p.goal, uid).await),
-        Call::Events(p) => to_value(engine.events(&p, uid).await),
-        Call::Context(p) => to_value(engine.context(&p.goal, uid).await),
-        Call::Gpus(_) => to_value(Ok(engine.gpus().await)),
-        Call::Version(_) => to_value(engine.version().await),
-        Call::Retime(p) => to_value(engine.retime(&p, uid).await),
-        Call::Retimes(p) => to_value(engine.retimes(&p, uid).await),
-        Call::Fork(p) => to_value(engine.fork(p, uid).await),
-        Call::Revalidate(p) => to_value(engine.revalidate(&p, uid).await),
+        Call::Enqueue(p) => to_answer(engine.enqueue(p, uid).await),
+        Call::Status(p) => to_answer(engine.status(&p, uid)),
+        Call::Show(p) => to_answer(engine.show(&p.goal, uid).await),
+        Call::Pause(p) => to_answer(engine.pause(&p.goal, uid).await),
+        Call::Resume(p) => to_answer(engine.resume(&p.goal, uid).await),
+        Call::Cancel(p) => to_answer(engine.cancel(&p.goal, uid).await),
+        Call::Best(p) => to_answer(engine.best(&p.goal, uid).await),
+        Call::Events(p) => to_answer(engine.events(&p, uid).await),
+        Call::Context(p) => to_answer(engine.context(&p.goal, uid).await),
+        Call::Gpus(_) => to_answer(Ok(engine.gpus().await)),
+        Call::Version(_) => to_answer(engine.version().await),
+        Call::Retime(p) => to_answer(engine.retime(&p, uid).await),
+        Call::Retimes(p) => to_answer(engine.retimes(&p, uid).await),
+        Call::Fork(p) => to_answer(engine.fork(p, uid).await),
+        Call::Revalidate(p) => to_answer(engine.revalidate(&p, uid).await),
     }
 }
 
@@ -556,7 +553,7 @@ async fn follow(
     }
     send(
         &mut conn,
-        &Response::ok(id, serde_json::to_value(&backlog)?),
+        &Response::ok(id, serde_json::value::to_raw_value(&backlog)?),
     )
     .await?;
     // The rest of a long backlog follows as notifications.

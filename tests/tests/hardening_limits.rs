@@ -426,10 +426,7 @@ fn a_refused_change_is_audited_in_the_daemons_log() {
     let log = d.log_text();
     for verb in ["cancel", "resume"] {
         assert!(
-            log.lines().any(|l| l.contains("refused")
-                && l.contains("uid 65534")
-                && l.contains(verb)
-                && l.contains(&id)),
+            audited(&log, NOBODY, verb, Some(&id)),
             "no audit line for the refused {verb}:\n{log}"
         );
     }
@@ -440,8 +437,7 @@ fn a_refused_change_is_audited_in_the_daemons_log() {
     assert!(!out.status.success());
     let log = d.log_text();
     assert!(
-        log.lines()
-            .any(|l| l.contains("refused") && l.contains("uid 65534") && l.contains("enqueue")),
+        audited(&log, NOBODY, "enqueue", Some("bad.toml")),
         "no audit line for the refused enqueue:\n{log}"
     );
     d.call(wire::method::CANCEL, json!({"goal": id}));

@@ -1,18 +1,15 @@
 //! How many goals may be active (queued, running, paused) at once: per uid, and all users
-//! together with the last eighth kept for root and kerneld's own user, as the socket's
-//! connection caps do (rpc.rs). Every plain `status` lists each active goal, so without a
-//! cap one user's enqueue loop would grow that reply for everyone past a line (issue #18).
+//! together with the part kept for root and kerneld's own user (`crate::shares`, the rule
+//! the socket's connections follow too). Every plain `status` lists each active goal, so
+//! without a cap one user's enqueue loop would grow that reply for everyone past a line
+//! (issue #18).
 //!
 //! Checked under the commit lock by everything that creates a goal (enqueue, the spool
 //! through enqueue, fork), so concurrent requests cannot both take the last place.
 
 use super::{Engine, State};
+use crate::shares;
 use crate::wire::{code, RpcError};
-
-/// How many of `max` only root and kerneld's own user may take.
-pub(super) fn reserved(max: usize) -> usize {
-    max / 8
-}
 
 impl Engine {
     /// Ok when `uid` may add one more active goal now; else the error that says which
@@ -38,9 +35,8 @@ impl Engine {
                 ),
             ));
         }
-        let privileged = uid == 0 || uid == nix::unistd::geteuid().as_raw();
-        let room = if privileged { max } else { max - reserved(max) };
-        if total >= room {
+        let privileged = shares::privileged().contains(&uid);
+        if total >= shares::room(max, privileged) {
             return Err(RpcError::new(
                 code::TOO_MANY_GOALS,
                 format!(
@@ -50,7 +46,10 @@ impl Engine {
                     if privileged {
                         String::new()
                     } else {
-                        format!(", of which the last {} are kept for root", reserved(max))
+                        format!(
+                            ", of which the last {} are kept for root",
+                            shares::kept(max)
+                        )
                     }
                 ),
             ));

@@ -249,9 +249,11 @@ pub fn parse(
             "no seed candidate: set `seed`, or list `seeds` in the task's task.toml",
         ));
     }
-    // Each seed once, and a few of them: a seed's text is kept in the goal as many times as
-    // it is named, so a short file naming one large seed thousands of times would
-    // otherwise grow the daemon, the log and every reply that shows the goal.
+    // A few seeds, each once: a seed's text is kept in the goal as many times as it is
+    // named, so a short file naming one large seed thousands of times would otherwise grow
+    // the daemon, the log and every reply that shows the goal. The count first: the
+    // pairwise look for a repeat is then over at most 16 names, not a 1 MiB file's worth.
+    limits::seeds(seed_names.len()).map_err(|m| cx.err(seed_span.clone(), m))?;
     for (i, seed) in seed_names.iter().enumerate() {
         if seed_names[..i].contains(seed) {
             return Err(cx.err(
@@ -263,7 +265,6 @@ pub fn parse(
             ));
         }
     }
-    limits::seeds(seed_names.len()).map_err(|m| cx.err(seed_span.clone(), m))?;
     let mut seeds = Vec::new();
     for seed in &seed_names {
         let from_task = task_seed_file(&task.dir, seed);

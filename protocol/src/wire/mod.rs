@@ -23,8 +23,12 @@ pub const MAX_EVENT_BYTES: usize = MAX_LINE / 2;
 /// A piece of a request quoted back in an error message: as sent, or its first 64
 /// characters and its length. Errors echo what a user named, and a user may name 8 MB.
 pub fn quote(text: &str) -> String {
-    const SHOWN: usize = 64;
-    match text.char_indices().nth(SHOWN) {
+    quote_at(text, 64)
+}
+
+/// `quote` with another length: at most `shown` characters of `text`, then its length.
+pub fn quote_at(text: &str, shown: usize) -> String {
+    match text.char_indices().nth(shown) {
         Some((cut, _)) => format!("{}… ({} bytes)", &text[..cut], text.len()),
         None => text.to_string(),
     }
@@ -252,6 +256,15 @@ impl Request {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quote_keeps_short_text_and_cuts_long_text_on_a_character() {
+        assert_eq!(quote("g12"), "g12");
+        let long = "é".repeat(100);
+        let q = quote(&long);
+        assert_eq!(q, format!("{}… (200 bytes)", "é".repeat(64)));
+        assert_eq!(quote_at("abcdef", 3), "abc… (6 bytes)");
+    }
 
     #[test]
     fn event_round_trips_with_flattened_kind() {
