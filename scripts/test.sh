@@ -11,6 +11,11 @@ cd "$(dirname "$0")/.."
 step() { echo "== [$(date +%T), +${SECONDS}s] $*"; }
 # $? is read first: the $(date) below would reset it.
 trap 'rc=$?; echo "== [$(date +%T), +${SECONDS}s] end (exit $rc)"' EXIT
+# A run from scratch gains nothing from incremental builds, whose files were a third of a
+# fresh clone's target/ (disk is CI's scarcest resource: a run once ran out of it).
+export CARGO_INCREMENTAL=0
+disk() { df -h --output=avail,size . | tail -1 | awk '{print "disk free here: " $1 " of " $2}'; }
+step "$(disk)"
 source scripts/python-env.sh
 
 step "lint (fmt, lock files, clippy)"
@@ -73,7 +78,7 @@ if [ $rust_status -eq 0 ]; then
     scripts/fuzz.sh "${KERNELD_FUZZ_SECONDS:-60}" || rust_status=1
 fi
 
-step "python tests: waiting for them"
+step "python tests: waiting for them ($(disk))"
 py_status=0
 wait $py_pid || py_status=1
 trap 'rc=$?; echo "== [$(date +%T), +${SECONDS}s] end (exit $rc)"' EXIT
