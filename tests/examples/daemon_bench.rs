@@ -32,6 +32,30 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// The commit the figures belong to ("-dirty" when tracked files differ from it), as
+/// scripts/soak.sh records it.
+fn commit() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(repo_root())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match git(&["rev-parse", "--short", "HEAD"]) {
+        Some(head)
+            if git(&["status", "--porcelain", "--untracked-files=no"])
+                .is_some_and(|s| s.is_empty()) =>
+        {
+            head
+        }
+        Some(head) => format!("{head}-dirty"),
+        None => "unknown".into(),
+    }
+}
+
 /// An evaluation result the size of a CPU-mode one from the demo task.
 fn result(it: u64) -> EvalResult {
     let mut r = EvalResult::failure(ResultClass::Ok, "", 1.2);
@@ -364,6 +388,7 @@ fn main() {
         std::env::temp_dir().display(),
     );
     let figures: Value = json!({
+        "commit": commit(),
         "machine": machine,
         // Latency and start-up move with the machine's load (a shared VM): said with them.
         "load_average_1_5_15": std::fs::read_to_string("/proc/loadavg")
