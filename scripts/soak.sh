@@ -13,6 +13,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/python-env.sh
 KILLS="${KILLS:-10000}"
+# The commit the binaries are built from, taken before the build (the soak runs for an
+# hour, and HEAD may move meanwhile); "-dirty" when tracked files differ from it.
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+git diff --quiet HEAD -- 2>/dev/null || commit="$commit-dirty"
 # The release binaries, as installed; the test itself is built in release too.
 cargo build --release --workspace --locked
 exe=$(cargo test --release -p kerneld-e2e --test torture_kills --locked --no-run --message-format=json 2>/dev/null \
@@ -40,7 +44,7 @@ mkdir -p results/daemon
 out="results/daemon/soak-$(date -u +%Y%m%dT%H%MZ).json"
 printf '{"machine": "%s", "cores": %s, "commit": "%s", "binaries": "release", "figures": %s}\n' \
     "$(uname -srm) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" "$(nproc)" \
-    "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$figures" > "$out"
+    "$commit" "$figures" > "$out"
 echo "figures written to $out"
 # Who held the log at a restart (a dead daemon's child, issue #18): the count is in the
 # figures; the processes themselves only in the test's output, which goes with $soak.
