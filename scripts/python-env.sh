@@ -19,7 +19,8 @@ elif command -v python3 >/dev/null && _has_torch_triton python3 && python3 -c 'i
 else
     echo "setting up $_kerneld_root/.venv (torch 2.11.0 + triton 3.6.0, about 5 GB, a few minutes)..." >&2
     python3 -m venv "$_kerneld_root/.venv" || { echo "error: python3 -m venv failed (apt-get install python3-venv?)" >&2; exit 1; }
-    # --no-cache-dir: the wheels are 3 GB, which a cache would keep a second copy of.
+    # --no-cache-dir: a cache would keep a second copy of the wheels (torch's CUDA
+    # dependencies make .venv 4.8 GB).
     "$_kerneld_root/.venv/bin/pip" install -q --disable-pip-version-check --no-cache-dir \
         torch==2.11.0 triton==3.6.0 "numpy<2.3" pytest \
         || { echo "error: installing torch/triton into .venv failed" >&2; exit 1; }
