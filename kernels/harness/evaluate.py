@@ -20,11 +20,12 @@ from . import device as dev
 from . import profiling as prof
 from . import runner_protocol as rp
 from . import static_check
+from . import timing
 from . import warmup
 from .correctness import CheckFailure, FatalCudaError
 from .judge_battery import run_battery
 from .ref_pool import RefPool
-from .judge_timing import nslots, time_shape
+from .judge_timing import ShapeJob, nslots, time_shape
 from .session import Phases, Session, failed
 from .spawn import Pool, RunnerDied
 from .taskload import TaskError, load_task
@@ -233,6 +234,10 @@ def evaluate(req: dict, pool: Pool | None = None) -> dict:
     timing_cfg = dict(DEFAULT_TIMING)
     if isinstance(req.get("timing"), dict):
         timing_cfg.update(req["timing"])
+    if timing_cfg.get("mode") is None:
+        timing_cfg["mode"] = "gpu"
+    if timing_cfg["mode"] not in timing.MODES:
+        raise RequestError(f"`timing.mode` must be one of {', '.join(timing.MODES)}, not {timing_cfg['mode']!r}")
     retime = bool(req.get("retime", False))
     profile_req = False if retime else req.get("profile", True)
     want_ncu = isinstance(profile_req, dict) and bool(profile_req.get("ncu"))
@@ -352,8 +357,8 @@ def evaluate(req: dict, pool: Pool | None = None) -> dict:
                 cand_vars = [task.make_inputs(shape, s, device, dtype) for s in secrets[:3]]
                 base_vars = [task.make_inputs(shape, s, device, dtype) for s in secrets[3:]] if bl else []
             slots = sess.slots_for(task, name, shape, cand_vars[0], sizes[name])
-            res = time_shape(sess, task, slots, name, shape, bl, cand_vars, base_vars, timing_cfg, not cpu, rng,
-                             device, dtype)
+            res = time_shape(ShapeJob(sess, task, slots, name, shape, bl, cand_vars, base_vars, timing_cfg, not cpu,
+                                      rng))
             del cand_vars, base_vars
             c = res["candidate"]
             b = res["baseline"] or {"median_us": None, "spread_pct": None}
@@ -366,7 +371,12 @@ def evaluate(req: dict, pool: Pool | None = None) -> dict:
                    "outlasted_stream": c["outlasted_stream"], "discarded_samples": res["discarded"],
                    "leaked_samples": res["leaked_samples"], "timed_outputs_checked": res["checked"],
                    "hold_us": res["hold_us"], "calls_per_batch": res["calls_per_batch"], "batches": res["batches"],
-                   "timer_check": res["timer"]}
+                   "timer_check": res["timer"],
+                   # what median_us / baseline_us are (timing.MODES, or "interpreted"), both methods'
+                   # figures when measured, and why a side was timed otherwise than asked
+                   "timing": res["mode"], "timing_note": res["note"],
+                   "gpu_us": _r(c.get("gpu_us")), "baseline_gpu_us": _r(b.get("gpu_us")),
+                   "as_called_us": _r(c.get("as_called_us")), "baseline_as_called_us": _r(b.get("as_called_us"))}
             if res.get("trace") is not None:
                 row["trace"] = res["trace"]
             row.update(prof.roofline_figures(task.roofline(shape), c["median_us"]))
@@ -390,6 +400,8 @@ def evaluate(req: dict, pool: Pool | None = None) -> dict:
             devinfo = dev.snapshot()
             devinfo["discarded_samples"] = disc
         geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
+        modes = sorted({row["timing"] for row in shape_rows})
+        ran["timing"] = modes[0] if len(modes) == 1 else None
         return done(_result("ok", None, correct=True, speedup=_r(geo, 4), spread_pct=_r(max(spreads) if spreads else None),
                             shapes=shape_rows, checks=checks, profile=profile, device=devinfo,
                             baseline=base_name, config=config, baseline_error=baseline_error))

@@ -73,6 +73,18 @@ def _watch_for_orphaning(stdin_fd: int | None) -> None:
     threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
 
 
+def die_with_parent() -> None:
+    """SIGKILL this process when the thread that started it exits (PR_SET_PDEATHSIG). For a
+    runner that is the judge's main thread, which lives as long as the judge: it covers the case
+    the orphan watch cannot, a runner the judge stopped (SIGSTOP while another is timed) when
+    the judge died. Set by the runner itself, after the sandbox's uid switch (which clears it)."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _prefer_oom_kill() -> None:
     """Under memory pressure the kernel should take a worker (a crashed evaluation, a fresh
     worker next) rather than the daemon. Raising one's own score needs no privilege."""

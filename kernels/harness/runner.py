@@ -27,6 +27,7 @@ def main() -> int:
     if kernels_dir not in sys.path:
         sys.path.insert(0, kernels_dir)
     from harness import proc
+    proc.die_with_parent()
     proc._watch_for_orphaning(sys.stdin.fileno() if sys.stdin is not None else None)
     proto = proc._protocol_stream()
 
@@ -91,6 +92,7 @@ class _State:
         self.audit_args = ((), ())
         self.loaded = False
         self.skip_flags = False
+        self.graphs = {}   # json of (calls, scalars) -> timing.GraphBatch: the captured batch
 
     def handle(self, req):
         from harness import runner_protocol as rp
@@ -183,6 +185,7 @@ class _State:
     def map(self, req):
         from harness import runner_protocol as rp
         from harness.arena import RunnerArena
+        self._drop_graphs()
         if self.arena is not None:
             self.arena.close()
             self.arena = None
@@ -200,8 +203,9 @@ class _State:
         ins.update(scalars)
         return ins, outs
 
-    def _one(self, ins: dict, outs: dict, where: str, sync):
-        """One audited call; returns a Failure or None."""
+    def _one(self, ins: dict, outs: dict, where: str, sync, raise_errors: bool = False):
+        """One audited call; returns a Failure or None. raise_errors: an exception propagates
+        as it is (a call being captured into a CUDA graph: the capture's caller decides)."""
         from harness import runner_protocol as rp
         from harness import timing
         from harness.audit import AllowListAudit
@@ -217,6 +221,8 @@ class _State:
         except Abandon:
             raise
         except Exception as e:
+            if raise_errors:
+                raise
             try:
                 f = classify_exception(e, where)
             except FatalCudaError as fe:
@@ -291,15 +297,30 @@ class _State:
         return rp.reply(req.id, seconds=time.perf_counter() - t0, error="; ".join(notes)[:2000] or None)
 
     def time(self, req):
+        """A timed batch (runner_protocol.Time): launched from Python (method "hold"), or replayed
+        from the graph captured for these calls (method "graph"; captured after a warm-up
+        batch). The candidate's host code runs at capture only, under the same audit."""
         from harness import runner_protocol as rp
         from harness import timing
         calls = [self._args(c["inputs"], c["outputs"], req.scalars) for c in req.calls]
-        sync = (lambda: None)  # the loop synchronises itself after each call
+        key = json.dumps([req.calls, req.scalars], sort_keys=True)
+        if req.method == "graph" and not req.warmup:
+            g = self.graphs.get(key)
+            if not isinstance(g, timing.GraphBatch):
+                return rp.reply(req.id, False, error="no CUDA graph was captured for these calls (send a warm-up "
+                                                     "batch with method graph first)")
+            try:
+                r = g.run(flush=req.flush)
+            except Exception as e:   # a replay that faults: the context is gone
+                raise _Fatal(f"replaying the captured calls: {type(e).__name__}: {e}") from None
+            bad = timing.integrity_violations()
+            return rp.reply(req.id, True, stream_us=r["stream_us"], device_us=r["device_us"], host_us=r["host_us"],
+                            integrity=bad or None)
         fails = []
 
         def fn(i):
             ins, outs = calls[i]
-            f = self._one(ins, outs, f"timed call {i}", sync)
+            f = self._one(ins, outs, f"timed call {i}", lambda: None)  # the loop synchronises itself
             if f is not None:
                 fails.append(f)
                 raise _Stop()
@@ -308,9 +329,40 @@ class _State:
             r = timing.run_batch(fn, len(calls), req.hold_us, gpu=not self.cpu, flush=req.flush)
         except _Stop:
             return rp.reply(req.id, False, fails[0])
+        capture = None
+        if req.method == "graph" and req.warmup and not self.cpu:
+            capture = self._capture(key, calls, fails)
+            if fails:   # audited like every call: a breach while captured is a breach
+                return rp.reply(req.id, False, fails[0])
         bad = timing.integrity_violations()
         return rp.reply(req.id, True, stream_us=r["stream_us"], device_us=r["device_us"] or None,
-                        host_us=r["host_us"], integrity=bad or None)
+                        host_us=r["host_us"], integrity=bad or None, capture=capture)
+
+    def _capture(self, key, calls, fails) -> str:
+        """Capture the batch's calls into a GraphBatch kept for the replays: "ok", or why not."""
+        from harness import timing
+
+        def cap(i):
+            ins, outs = calls[i]
+            f = self._one(ins, outs, f"captured call {i}", lambda: None, raise_errors=True)
+            if f is not None:
+                fails.append(f)
+                raise _Stop()
+
+        self._drop_graphs()
+        try:
+            g = timing.capture(cap, len(calls))
+        except Exception as e:   # the failed capture broke the context
+            raise _Fatal(f"capturing the calls: {type(e).__name__}: {e}") from None
+        if isinstance(g, timing.GraphBatch):
+            self.graphs[key] = g
+            return "ok"
+        return g
+
+    def _drop_graphs(self):
+        for g in self.graphs.values():
+            g.close()
+        self.graphs = {}
 
     def profile(self, req):
         from harness import profiling as prof

@@ -122,10 +122,18 @@ class Call:
     scalars: dict = field(default_factory=dict)
 
 
+TIME_METHODS = ("hold", "graph")
+
+
 @dataclass
 class Time:
-    """A timed batch: call i uses inputs[i] / outputs[i] (dicts like Call's). hold_us: how long
-    to hold the GPU before each call's start event (the launch-hiding spin)."""
+    """A timed batch: call i uses inputs[i] / outputs[i] (dicts like Call's).
+
+    method "hold": each call launched from Python between two events; hold_us: how long to hold
+    the GPU before each call's start event (the launch-hiding spin; 0: none, the call as a user
+    launches it). method "graph": each call replayed from the CUDA graph captured for these very
+    calls (timing.GraphBatch); a `warmup` batch with method "graph" runs the calls (hold path),
+    then captures them and replies `capture` ("ok" or why not)."""
     op = "time"
     id: int
     calls: list
@@ -133,6 +141,7 @@ class Time:
     flush: bool = True
     warmup: bool = False
     scalars: dict = field(default_factory=dict)
+    method: str = "hold"
 
 
 @dataclass
@@ -228,8 +237,11 @@ def parse_request(line: str | bytes) -> Any:
                 raise ProtocolError(f"{where}: every call must be an object")
             _keys(c.get("inputs"), where, "inputs")
             _keys(c.get("outputs"), where, "outputs")
+        method = d.get("method", "hold")
+        if method not in TIME_METHODS:
+            raise ProtocolError(f"{where}: method {method!r} (one of {', '.join(TIME_METHODS)})")
         return Time(rid, calls, float(_req(d, "hold_us", (int, float), where)), bool(d.get("flush", True)),
-                    bool(d.get("warmup", False)), dict(d.get("scalars") or {}))
+                    bool(d.get("warmup", False)), dict(d.get("scalars") or {}), method)
     if op == "warm":
         calls = _req(d, "calls", list, where)
         if len(calls) > MAX_WARM_CALLS:
@@ -321,6 +333,8 @@ class Reply:
     device_us: list | None = None
     host_us: list | None = None
     integrity: list | None = None
+    # time with method "graph" and warmup: "ok", or why the calls cannot be captured
+    capture: str | None = None
     # profile
     kernels: list | None = None
     error: str | None = None
@@ -373,6 +387,8 @@ def parse_reply(line, want_id: int) -> Reply:
         if not all(isinstance(x, str) and len(x) < 200 for x in v):
             raise ProtocolError(f"{where}: integrity must be a list of names")
         r.integrity = v[:64]
+    if d.get("capture") is not None:
+        r.capture = _req(d, "capture", str, where)[:1000]
     if d.get("kernels") is not None:
         r.kernels = [k for k in _req(d, "kernels", list, where)[:256] if isinstance(k, dict)]
     if d.get("error") is not None:

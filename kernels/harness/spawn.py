@@ -198,6 +198,31 @@ class Runner:
         self.kill()
 
 
+def stop_others(keep: "Runner | None") -> list:
+    """SIGSTOP every live runner of this judge but `keep` (judge_timing.quiet_siblings): the
+    runner process itself, not its group, so a compiler it started (ptxas: CPU only) finishes
+    and nothing is left stopped should the runner die. A runner stopped when the judge dies is
+    killed by its parent-death signal (runner.py sets it), which a stopped process receives."""
+    stopped = []
+    for pid, r in list(_LIVE.items()):
+        if r is keep or r.dead or r.p.poll() is not None:
+            continue
+        try:
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+    return stopped
+
+
+def continue_runners(pids: list) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+
+
 def _describe_exit(code) -> str:
     if code is None:
         return "still running"

@@ -38,7 +38,7 @@ def test_golden_parses(path):
         assert rep.ok == d["ok"]
         if "failure" in d:
             assert rep.failure.cls == d["failure"]["cls"] and rep.failure.fatal == d["failure"].get("fatal", False)
-        for k in ("stream_us", "device_us", "host_us"):
+        for k in ("stream_us", "device_us", "host_us", "capture"):
             if k in d:
                 assert getattr(rep, k) == d[k]
 

@@ -49,7 +49,28 @@ def gpu(monkeypatch):
     monkeypatch.setattr(dev, "max_sm_clock_mhz", lambda: 1980)
     monkeypatch.setattr(dev, "sm_clock_mhz", lambda: g.clock)
     monkeypatch.setattr(dev, "throttle_mask", lambda: g.mask)
+    # no CUDA graphs on a CPU: every side takes the hold path unless a test fakes a graph
+    monkeypatch.setattr(timing, "capture", lambda fn, n: "fake GPU: no graphs")
+    monkeypatch.setattr(timing, "reset_persisting_l2", lambda: g.__dict__.setdefault("resets", []).append(1))
     return g
+
+
+class FakeGraph:
+    """A captured call: replaying runs the host function again and reports its host time as the
+    GPU time (what a graph's inner events would see), with none of the hold."""
+
+    def __init__(self, fn):
+        self.fn, self.replays = fn, 0
+
+    def run(self, flush=True):
+        t0 = time.perf_counter()
+        self.fn(0)
+        self.replays += 1
+        us = (time.perf_counter() - t0) * 1e6
+        return {"stream_us": [us], "device_us": [us], "host_us": [1.0]}
+
+    def close(self):
+        pass
 
 
 CFG = {"warmup_ms": 1, "ramp_ms": 1, "min_reps": 10, "max_reps": 60, "target_noise_pct": 2.0}
@@ -120,3 +141,43 @@ def test_work_shift_check_bounds_the_median_by_the_batch_mean():
     seen = []
     timing.run_batch(lambda i: seen.append(gc.isenabled()), 3, 0.0, gpu=False)
     assert seen == [False] * 3 and gc.isenabled()
+
+
+def test_gpu_mode_times_the_graph_and_reports_as_called_beside(gpu, monkeypatch):
+    graphs = []
+
+    def fake_capture(fn, n):
+        graphs.append(FakeGraph(fn))
+        return graphs[-1]
+    monkeypatch.setattr(timing, "capture", fake_capture)
+    monkeypatch.setattr(timing, "GraphBatch", FakeGraph)
+    a = timing.Side("candidate", lambda: spin(300))
+    r = timing.time_sides([a], CFG, gpu=True)
+    c = r["sides"]["candidate"]
+    assert r["mode"] == "gpu" and c["timing"] == "gpu" and c["timing_note"] is None
+    assert graphs and graphs[0].replays >= 10          # the samples came from replays
+    assert 250 < c["median_us"] < 900 and c["gpu_us"] == c["median_us"]
+    assert c["as_called_us"] is not None and c["as_called_us"] >= 250
+    assert not gpu.holds                                # a graph needs no launch-hiding spin
+    assert len(gpu.resets) >= c["n"]                    # persisting L2 reset before every sample
+
+
+def test_uncapturable_side_falls_back_to_the_hold_and_says_why(gpu):
+    a = timing.Side("candidate", lambda: spin(200))
+    c = timing.time_sides([a], CFG, gpu=True)["sides"]["candidate"]
+    assert c["timing"] == "gpu" and "cannot be captured" in c["timing_note"] and "fake GPU" in c["timing_note"]
+    assert gpu.holds
+
+
+def test_as_called_mode_has_no_hold(gpu):
+    a = timing.Side("candidate", lambda: spin(200))
+    r = timing.time_sides([a], dict(CFG, mode="as_called"), gpu=True)
+    c = r["sides"]["candidate"]
+    assert r["mode"] == "as_called" and c["timing"] == "as_called" and c["as_called_us"] == c["median_us"]
+    assert c["gpu_us"] is None                           # not capturable here: no GPU figure beside
+    assert not gpu.holds
+
+
+def test_unknown_mode_is_refused(gpu):
+    with pytest.raises(ValueError, match="timing mode"):
+        timing.time_sides([timing.Side("c", lambda: None)], dict(CFG, mode="wall"), gpu=True)
