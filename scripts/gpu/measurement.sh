@@ -5,7 +5,8 @@
 #   STEP=check   the GPU tests of the timing code (test_graph_timing_gpu.py, test_warmup_gpu.py),
 #                then timing_ab.py: the same candidate evaluated while compile-ahead runners
 #                start and warm up beside it, quiet on/off x mode gpu/as_called (item 2's A/B).
-#   STEP=start   a fresh daemon (setsid: it outlives the call) on an empty state directory,
+#   STEP=start   (CHECK_FIRST=1: the GPU tests and a short A/B first, no daemon if a test fails)
+#                a fresh daemon (setsid: it outlives the call) on an empty state directory,
 #                the shipped kernels/mla/mla.toml enqueued, run until the call's budget ends.
 #   STEP=finish  the same daemon until RUN_S seconds after the enqueue; then
 #                `kernelctl retime mla-decode best --times 8`, the goal's events, show, report,
@@ -61,6 +62,14 @@ check)
   timeout "$(( $(left) - 10 ))" "$PY" scripts/gpu/timing_ab.py 2>&1 | grep -v Warning | tail -40
   ;;
 start)
+  if [ "${CHECK_FIRST:-1}" = 1 ]; then
+    KERNELD_GPU_TESTS=1 timeout 200 "$PY" -m pytest -q -p no:cacheprovider \
+        kernels/harness/tests/test_graph_timing_gpu.py kernels/harness/tests/test_warmup_gpu.py > "$OUT/gpu_tests.txt" 2>&1
+    tail -5 "$OUT/gpu_tests.txt"
+    grep -q " failed\| error" "$OUT/gpu_tests.txt" && { echo "GPU tests failed: no daemon run"; tail -40 "$OUT/gpu_tests.txt"; exit 1; }
+    TRIALS="${TRIALS:-2}" ARMS="${ARMS:-gpu:1,gpu:0}" timeout 200 "$PY" scripts/gpu/timing_ab.py 2>&1 | grep -v Warning \
+        | tail -14
+  fi
   W="$(mktemp -d /tmp/kdm.XXXX)"
   uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
   printf 'eval_timeout = "5m"\nworker_start_timeout = "3m"\ngpus = ["%s"]\n' "$uuid" > "$W/kerneld.toml"
