@@ -326,7 +326,8 @@ class _State:
                 raise _Stop()
 
         try:
-            r = timing.run_batch(fn, len(calls), req.hold_us, gpu=not self.cpu, flush=req.flush)
+            r = timing.run_batch(fn, len(calls), req.hold_us, gpu=not self.cpu, flush=req.flush,
+                                 sync_each=req.method != "called")
         except _Stop:
             return rp.reply(req.id, False, fails[0])
         capture = None

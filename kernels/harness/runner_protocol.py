@@ -122,18 +122,20 @@ class Call:
     scalars: dict = field(default_factory=dict)
 
 
-TIME_METHODS = ("hold", "graph")
+TIME_METHODS = ("hold", "graph", "called")
 
 
 @dataclass
 class Time:
     """A timed batch: call i uses inputs[i] / outputs[i] (dicts like Call's).
 
-    method "hold": each call launched from Python between two events; hold_us: how long to hold
-    the GPU before each call's start event (the launch-hiding spin; 0: none, the call as a user
-    launches it). method "graph": each call replayed from the CUDA graph captured for these very
-    calls (timing.GraphBatch); a `warmup` batch with method "graph" runs the calls (hold path),
-    then captures them and replies `capture` ("ok" or why not)."""
+    method "hold": each call launched from Python between two events, a synchronize after each;
+    hold_us: how long to hold the GPU before each call's start event (the launch-hiding spin).
+    method "called": the calls one after another as a user's loop issues them, one synchronize
+    at the end (timing.run_batch's sync_each=False; hold_us is 0). method "graph": each call
+    replayed from the CUDA graph captured for these very calls (timing.GraphBatch); a `warmup`
+    batch with method "graph" runs the calls (hold path), then captures them and replies
+    `capture` ("ok" or why not)."""
     op = "time"
     id: int
     calls: list

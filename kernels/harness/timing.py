@@ -136,19 +136,32 @@ class _PersistingL2:
     LIMIT = 0x06   # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
 
     def __init__(self):
-        self._set = self._reset = None
+        self._set = self._reset = self._get = None
         try:
             import ctypes
             lib = ctypes.CDLL("libcuda.so.1")
-            self._set, self._reset = lib.cuCtxSetLimit, lib.cuCtxResetPersistingL2Cache
+            self._set, self._reset, self._get = lib.cuCtxSetLimit, lib.cuCtxResetPersistingL2Cache, lib.cuCtxGetLimit
             self._set.argtypes = [ctypes.c_int, ctypes.c_size_t]
+            self._value = ctypes.c_size_t(0)
+            self._ref = ctypes.byref(self._value)
         except (OSError, AttributeError):   # no driver (CPU mode): nothing can persist
             pass
 
     def reset(self):
+        """Carve-out 0, every persisting line demoted. Once per batch: the reset costs the GPU
+        about 20 us each time (H200, results/gpu/probe-20261203/graph_batch_costs.json)."""
         if self._set is not None:
             self._set(self.LIMIT, 0)
             self._reset()
+
+    def ensure_zero(self):
+        """Before every call: with the carve-out at 0 no line can become persisting (such
+        accesses are treated as normal), so only a carve-out the candidate set since the last
+        check needs the reset: a query, and the reset only then."""
+        if self._get is not None:
+            self._value.value = 0
+            if self._get(self._ref, self.LIMIT) != 0 or self._value.value != 0:
+                self.reset()
 
 
 _persisting_l2 = _PersistingL2()
@@ -156,6 +169,10 @@ _persisting_l2 = _PersistingL2()
 
 def reset_persisting_l2():
     _persisting_l2.reset()
+
+
+def ensure_no_persisting_l2():
+    _persisting_l2.ensure_zero()
 
 
 def _flush():
@@ -243,9 +260,12 @@ def time_sides(sides: list[Side], timing: dict, gpu: bool) -> dict:
     rep = 0
     while rep < max_reps:
         for s in (sides if rep % 2 == 0 else sides[::-1]):
-            s.prepare(rep)
             mask0, clk0 = dev.throttle_mask(), dev.sm_clock_mhz()
-            sample = _sample(s, hold_of[id(s)], max_clock)
+            if mode == "as_called":
+                samples = _called(s, CALLED_PER_SAMPLE, rep)
+            else:
+                s.prepare(rep)
+                samples = [_sample(s, hold_of[id(s)], max_clock)]
             mask1, clk1 = dev.throttle_mask(), dev.sm_clock_mhz()
             bad = dev.reasons((mask0 or 0) | (mask1 or 0), bad_only=True)
             reasons_seen.update(dev.reasons((mask0 or 0) | (mask1 or 0)))
@@ -256,11 +276,11 @@ def time_sides(sides: list[Side], timing: dict, gpu: bool) -> dict:
                 if clk < 0.85 * top[0]:
                     bad = bad + ["clock_below_85pct_of_run_max"]
             if bad:
-                s.discarded += 1
-                s.__dict__.setdefault("bad", []).append(sample)
+                s.discarded += len(samples)
+                s.__dict__.setdefault("bad", []).extend(samples)
                 continue
-            s.stream_us.append(sample[0])
-            s.device_us.append(sample[1])
+            s.stream_us.extend(x[0] for x in samples)
+            s.device_us.extend(x[1] for x in samples)
         rep += 1
         if rep >= min_reps and all(len(s.stream_us) >= min_reps // 2 for s in sides):
             cis = [summarize(s.stream_us)["ci_pct"] for s in sides]
@@ -327,12 +347,12 @@ def _sample(s, hold_us, max_clock):
     if s.graph is not None:
         us = s.graph.run(flush=True)["stream_us"][0]
         return us, us
-    reset_persisting_l2()
+    ensure_no_persisting_l2()
     _flush()
     # Every hold-path sample ends with a synchronize, so the GPU queue is empty when the next
-    # one starts: in "gpu" mode a spin kernel after the flush holds the GPU for 1.5x the side's
-    # host time + 20 us (like nvbench's blocking kernel), so the call is fully enqueued before the
-    # start event is reached; "as_called" has no hold.
+    # one starts: a spin kernel after the flush holds the GPU for 1.5x the side's host time +
+    # 20 us (like nvbench's blocking kernel), so the call is fully enqueued before the start
+    # event is reached (the "gpu" mode's fallback for a side no graph can hold).
     if hold_us > 0 and _gpu_sleep is not None:
         _gpu_sleep(int(hold_us * (max_clock or 2000)))
     a, e1, e2 = _Event(enable_timing=True), _Event(enable_timing=True), _Event(enable_timing=True)
@@ -345,24 +365,28 @@ def _sample(s, hold_us, max_clock):
     return _elapsed(a, e1) * 1e3, _elapsed(a, e2) * 1e3
 
 
+CALLED_PER_SAMPLE = 4
+
+
+def _called(s, k, rep=0):
+    """k calls of side s as a user's loop issues them (run_batch with sync_each=False): [(us, us)]."""
+    r = run_batch(lambda i: s.fn(), k, 0.0, True, flush=True, sync_each=False, pre=lambda i: s.prepare(rep * k + i))
+    return list(zip(r["stream_us"], r["device_us"]))
+
+
 def _other_median(s, mode, max_clock):
     """The median of the method the objective did not use: as called beside GPU time, or GPU
     time (a graph, when the side can be captured) beside as called."""
+    if mode == "gpu":
+        return statistics.median(x[0] for x in _called(s, AS_CALLED_SAMPLES))
+    g = capture(lambda i: s.fn(), 1)
+    if not isinstance(g, GraphBatch):
+        return None
+    s.graph = g
     xs = []
-    g = None
-    if mode == "as_called":
-        g = capture(lambda i: s.fn(), 1)
-        if not isinstance(g, GraphBatch):
-            return None
-        s.graph = g
     for i in range(AS_CALLED_SAMPLES):
         s.prepare(i)
-        if mode == "gpu":
-            graph, s.graph = s.graph, None
-            xs.append(_sample(s, 0.0, max_clock)[0])
-            s.graph = graph
-        else:
-            xs.append(_sample(s, 0.0, max_clock)[0])
+        xs.append(_sample(s, 0.0, max_clock)[0])
     return statistics.median(xs)
 
 
@@ -444,7 +468,8 @@ def hold_gpu(us: float, cycles_per_us: float | None = None) -> None:
         _gpu_sleep(int(min(us, 20000.0) * (cycles_per_us or dev.max_sm_clock_mhz() or 2000)))
 
 
-def run_batch(fn, ncalls: int, hold_us: float, gpu: bool, flush: bool = True) -> dict:
+def run_batch(fn, ncalls: int, hold_us: float, gpu: bool, flush: bool = True, sync_each: bool = True,
+              pre=None) -> dict:
     """_run_batch with Python's garbage collector off (as timeit does): a full collection in a
     process that imported torch pauses it for 0.3-0.5 s in CPU mode (measured: the same timed
     call of every evaluation read 10x its neighbours), which on a GPU leaks into a call or lifts
@@ -452,21 +477,26 @@ def run_batch(fn, ncalls: int, hold_us: float, gpu: bool, flush: bool = True) ->
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _run_batch(fn, ncalls, hold_us, gpu, flush)
+        return _run_batch(fn, ncalls, hold_us, gpu, flush, sync_each, pre)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _run_batch(fn, ncalls: int, hold_us: float, gpu: bool, flush: bool = True) -> dict:
+def _run_batch(fn, ncalls: int, hold_us: float, gpu: bool, flush: bool = True, sync_each: bool = True,
+               pre=None) -> dict:
     """Time fn(i) for i in range(ncalls), one sample per call. The SAME code runs in a runner
     (the candidate), in the judge (a baseline) and in the judge with a no-op fn (the loop's fixed
     cost, for the timer cross-check), so the three are comparable.
 
-    GPU, per call: flush L2, hold the GPU for hold_us (the launch-hiding spin), start event,
-    fn(i), end event on the stream, device-wide synchronize, end event after it. CPU: the
-    perf_counter around fn(i). host_us is the host time of fn(i) itself: a call whose host time
-    exceeds the hold let its launch leak into the timed interval.
+    GPU, per call: pre(i) (untimed), the persisting-L2 check, flush L2, hold the GPU for hold_us
+    (the launch-hiding spin), start event, fn(i), end event on the stream, then (sync_each)
+    device-wide synchronize and an end event after it. sync_each=False is the "as called"
+    batch: the calls follow one another as a user's loop issues them (like triton's do_bench),
+    one synchronize at the end, and the host's launch time lands in a call's figure whenever
+    the host falls behind the GPU. CPU: the perf_counter around fn(i). host_us is the host time
+    of fn(i) itself: a call whose host time exceeds the hold let its launch leak into the
+    timed interval.
     """
     stream, device, host = [], [], []
     if not gpu:
@@ -479,25 +509,33 @@ def _run_batch(fn, ncalls: int, hold_us: float, gpu: bool, flush: bool = True) -
         return {"stream_us": stream, "device_us": [], "host_us": host}
     evs = []
     cyc = dev.max_sm_clock_mhz() or 2000   # once per batch: an NVML query is not free
+    reset_persisting_l2()
     for i in range(ncalls):
-        reset_persisting_l2()
+        if pre is not None:
+            pre(i)
+        ensure_no_persisting_l2()
         if flush:
             _flush()
         hold_gpu(hold_us, cyc)
-        a, e1, e2 = _Event(enable_timing=True), _Event(enable_timing=True), _Event(enable_timing=True)
+        a, e1 = _Event(enable_timing=True), _Event(enable_timing=True)
         _record(a)
         h0 = _perf()
         fn(i)
         h1 = _perf()
         _record(e1)
-        _sync()
-        _record(e2)
-        _event_sync(e2)
+        e2 = None
+        if sync_each:
+            e2 = _Event(enable_timing=True)
+            _sync()
+            _record(e2)
+            _event_sync(e2)
         evs.append((a, e1, e2))
         host.append((h1 - h0) * 1e6)
+    if not sync_each:
+        _sync()
     for a, e1, e2 in evs:
         stream.append(_elapsed(a, e1) * 1e3)
-        device.append(_elapsed(a, e2) * 1e3)
+        device.append(_elapsed(a, e2) * 1e3 if e2 is not None else stream[-1])
     return {"stream_us": stream, "device_us": device, "host_us": host}
 
 
@@ -516,8 +554,8 @@ class GraphBatch:
     event follows all of it. The host code of the call runs at capture only: replays are the
     same launches on the same pointers with new contents (the judge checks their outputs).
 
-    Per sample: the persisting-L2 reset, the L2 flush (outside the graph), the replay; one
-    synchronize after the batch. The graphs share one memory pool (replayed in capture order,
+    Per batch: the persisting-L2 reset; per sample: the persisting-L2 check, the L2 flush (outside
+    the graph), the replay; one synchronize after the batch. The graphs share one memory pool (replayed in capture order,
     never concurrently) and live as long as this object.
     """
 
@@ -561,8 +599,9 @@ class GraphBatch:
         was_enabled = gc.isenabled()
         gc.disable()
         try:
+            reset_persisting_l2()
             for g in self.graphs:
-                reset_persisting_l2()
+                ensure_no_persisting_l2()
                 if flush:
                     _flush()
                 h0 = _perf()
