@@ -206,45 +206,15 @@ class _State:
     def _one(self, ins: dict, outs: dict, where: str, sync, raise_errors: bool = False):
         """One audited call; returns a Failure or None. raise_errors: an exception propagates
         as it is (a call being captured into a CUDA graph: the capture's caller decides)."""
-        from harness import runner_protocol as rp
-        from harness import timing
-        from harness.audit import AllowListAudit
-        from harness.correctness import Abandon, FatalCudaError, classify_exception
-        audit = AllowListAudit(*self.audit_args)
-        flags = timing._torch_flags()
-        out_view = dict(outs)
-        out_meta = {k: _meta(v) for k, v in outs.items()}
-        try:
-            with audit:
-                ret = self.fn(dict(ins), out_view, dict(self.config))
-            sync()
-        except Abandon:
-            raise
-        except Exception as e:
-            if raise_errors:
-                raise
+        a = _Audited(self, ins, outs, where)
+        a.enter()
+        a.call()
+        if a.error is None:
             try:
-                f = classify_exception(e, where)
-            except FatalCudaError as fe:
-                raise _Fatal(str(fe)) from None
-            return rp.Failure(f.cls, f.message, f.rule)
-        except BaseException as e:  # SystemExit / KeyboardInterrupt raised by a candidate
-            return rp.Failure("error", f"{where}: the candidate raised {type(e).__name__}: {e}")
-        changed = [] if self.skip_flags else timing.flag_changes(flags)
-        if changed:
-            return rp.Failure("rejected", f"rejected [introspection] {where}: the candidate changed PyTorch global "
-                              f"state ({', '.join(changed)})", "introspection")
-        if audit.hits:
-            return rp.Failure("rejected", audit.message(where), "torch-heavy-math")
-        if ret is not None:
-            return rp.Failure("wrong_result", f"{where}: the entry must return None and write into `out` "
-                              f"(it returned {type(ret).__name__})", "output-contract")
-        # the judge reads its own buffers anyway; this names the mistake instead of "unwritten"
-        for k, t in outs.items():
-            if out_view.get(k) is not t or set(out_view) != set(outs) or _meta(t) != out_meta[k]:
-                return rp.Failure("wrong_result", f"{where}: output {k!r} was replaced, re-pointed or resized; "
-                                  f"write into the pre-allocated tensors", "output-contract")
-        return None
+                sync()
+            except Exception as e:
+                a.error = e
+        return a.exit(raise_errors)
 
     def _sync(self):
         if self.cpu:
@@ -317,19 +287,30 @@ class _State:
             return rp.reply(req.id, True, stream_us=r["stream_us"], device_us=r["device_us"], host_us=r["host_us"],
                             integrity=bad or None)
         fails = []
+        audited = [None] * len(calls)
+
+        def pre(i):   # the audit's setup, before the call's start event
+            audited[i] = _Audited(self, *calls[i], f"timed call {i}")
+            audited[i].enter()
 
         def fn(i):
-            ins, outs = calls[i]
-            f = self._one(ins, outs, f"timed call {i}", lambda: None)  # the loop synchronises itself
+            audited[i].call()
+
+        def post(i):  # its checks, after the end event (the loop synchronises itself)
+            f = audited[i].exit()
             if f is not None:
                 fails.append(f)
                 raise _Stop()
 
         try:
             r = timing.run_batch(fn, len(calls), req.hold_us, gpu=not self.cpu, flush=req.flush,
-                                 sync_each=req.method != "called")
+                                 sync_each=req.method != "called", pre=pre, post=post)
         except _Stop:
             return rp.reply(req.id, False, fails[0])
+        finally:
+            for a in audited:
+                if a is not None:
+                    a.leave()
         capture = None
         if req.method == "graph" and req.warmup and not self.cpu:
             capture = self._capture(key, calls, fails)
@@ -384,6 +365,75 @@ class _State:
 
 class _Stop(Exception):
     pass
+
+
+class _Audited:
+    """One candidate call under the ATen audit, in three steps, so that a timed loop can keep the
+    audit's own setup and checks outside its events (an "as called" figure times the call, not
+    the harness): enter (audit on, flags and output identities noted), call, exit (audit off;
+    the exception, flag, audit and output-contract checks; a Failure or None)."""
+
+    def __init__(self, state, ins: dict, outs: dict, where: str):
+        from harness import timing
+        from harness.audit import AllowListAudit
+        self.state, self.ins, self.outs, self.where = state, ins, outs, where
+        self.audit = AllowListAudit(*state.audit_args)
+        self.flags = timing._torch_flags()
+        self.out_view = dict(outs)
+        self.out_meta = {k: _meta(v) for k, v in outs.items()}
+        self.ret = self.error = None
+        self.entered = False
+
+    def enter(self):
+        self.audit.__enter__()
+        self.entered = True
+
+    def call(self):
+        from harness.correctness import Abandon
+        try:
+            self.ret = self.state.fn(dict(self.ins), self.out_view, dict(self.state.config))
+        except Abandon:
+            self.leave()
+            raise
+        except BaseException as e:  # judged in exit(); SystemExit / KeyboardInterrupt included
+            self.error = e
+
+    def leave(self):
+        if self.entered:
+            self.entered = False
+            self.audit.__exit__(None, None, None)
+
+    def exit(self, raise_errors: bool = False):
+        from harness import runner_protocol as rp
+        from harness import timing
+        from harness.correctness import FatalCudaError, classify_exception
+        self.leave()
+        e, where = self.error, self.where
+        if isinstance(e, Exception):
+            if raise_errors:
+                raise e
+            try:
+                f = classify_exception(e, where)
+            except FatalCudaError as fe:
+                raise _Fatal(str(fe)) from None
+            return rp.Failure(f.cls, f.message, f.rule)
+        if e is not None:
+            return rp.Failure("error", f"{where}: the candidate raised {type(e).__name__}: {e}")
+        changed = [] if self.state.skip_flags else timing.flag_changes(self.flags)
+        if changed:
+            return rp.Failure("rejected", f"rejected [introspection] {where}: the candidate changed PyTorch global "
+                              f"state ({', '.join(changed)})", "introspection")
+        if self.audit.hits:
+            return rp.Failure("rejected", self.audit.message(where), "torch-heavy-math")
+        if self.ret is not None:
+            return rp.Failure("wrong_result", f"{where}: the entry must return None and write into `out` "
+                              f"(it returned {type(self.ret).__name__})", "output-contract")
+        # the judge reads its own buffers anyway; this names the mistake instead of "unwritten"
+        for k, t in self.outs.items():
+            if self.out_view.get(k) is not t or set(self.out_view) != set(self.outs) or _meta(t) != self.out_meta[k]:
+                return rp.Failure("wrong_result", f"{where}: output {k!r} was replaced, re-pointed or resized; "
+                                  f"write into the pre-allocated tensors", "output-contract")
+        return None
 
 
 def _meta(t):

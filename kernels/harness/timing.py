@@ -370,7 +370,8 @@ CALLED_PER_SAMPLE = 4
 
 def _called(s, k, rep=0):
     """k calls of side s as a user's loop issues them (run_batch with sync_each=False): [(us, us)]."""
-    r = run_batch(lambda i: s.fn(), k, 0.0, True, flush=True, sync_each=False, pre=lambda i: s.prepare(rep * k + i))
+    r = run_batch(lambda i: s.fn(), k, 0.0, True, flush=True, sync_each=False,
+                  prepare=lambda i: s.prepare(rep * k + i))
     return list(zip(r["stream_us"], r["device_us"]))
 
 
@@ -469,7 +470,7 @@ def hold_gpu(us: float, cycles_per_us: float | None = None) -> None:
 
 
 def run_batch(fn, ncalls: int, hold_us: float, gpu: bool, flush: bool = True, sync_each: bool = True,
-              pre=None) -> dict:
+              prepare=None, pre=None, post=None) -> dict:
     """_run_batch with Python's garbage collector off (as timeit does): a full collection in a
     process that imported torch pauses it for 0.3-0.5 s in CPU mode (measured: the same timed
     call of every evaluation read 10x its neighbours), which on a GPU leaks into a call or lifts
@@ -477,21 +478,23 @@ def run_batch(fn, ncalls: int, hold_us: float, gpu: bool, flush: bool = True, sy
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _run_batch(fn, ncalls, hold_us, gpu, flush, sync_each, pre)
+        return _run_batch(fn, ncalls, hold_us, gpu, flush, sync_each, prepare, pre, post)
     finally:
         if was_enabled:
             gc.enable()
 
 
 def _run_batch(fn, ncalls: int, hold_us: float, gpu: bool, flush: bool = True, sync_each: bool = True,
-               pre=None) -> dict:
+               prepare=None, pre=None, post=None) -> dict:
     """Time fn(i) for i in range(ncalls), one sample per call. The SAME code runs in a runner
     (the candidate), in the judge (a baseline) and in the judge with a no-op fn (the loop's fixed
     cost, for the timer cross-check), so the three are comparable.
 
-    GPU, per call: pre(i) (untimed), the persisting-L2 check, flush L2, hold the GPU for hold_us
-    (the launch-hiding spin), start event, fn(i), end event on the stream, then (sync_each)
-    device-wide synchronize and an end event after it. sync_each=False is the "as called"
+    GPU, per call: prepare(i) (new input contents: before the flush), the persisting-L2 check,
+    flush L2, hold the GPU for hold_us (the launch-hiding spin), pre(i) (host only: the audit's
+    setup), start event, fn(i), end event on the stream, then (sync_each) device-wide
+    synchronize and an end event after it, then post(i) (the audit's checks). Only fn(i) is
+    between the events. sync_each=False is the "as called"
     batch: the calls follow one another as a user's loop issues them (like triton's do_bench),
     one synchronize at the end, and the host's launch time lands in a call's figure whenever
     the host falls behind the GPU. CPU: the perf_counter around fn(i). host_us is the host time
@@ -501,9 +504,15 @@ def _run_batch(fn, ncalls: int, hold_us: float, gpu: bool, flush: bool = True, s
     stream, device, host = [], [], []
     if not gpu:
         for i in range(ncalls):
+            if prepare is not None:
+                prepare(i)
+            if pre is not None:
+                pre(i)
             t0 = _perf()
             fn(i)
             t1 = _perf()
+            if post is not None:
+                post(i)
             stream.append((t1 - t0) * 1e6)
             host.append((t1 - t0) * 1e6)
         return {"stream_us": stream, "device_us": [], "host_us": host}
@@ -511,12 +520,14 @@ def _run_batch(fn, ncalls: int, hold_us: float, gpu: bool, flush: bool = True, s
     cyc = dev.max_sm_clock_mhz() or 2000   # once per batch: an NVML query is not free
     reset_persisting_l2()
     for i in range(ncalls):
-        if pre is not None:
-            pre(i)
+        if prepare is not None:
+            prepare(i)
         ensure_no_persisting_l2()
         if flush:
             _flush()
         hold_gpu(hold_us, cyc)
+        if pre is not None:
+            pre(i)
         a, e1 = _Event(enable_timing=True), _Event(enable_timing=True)
         _record(a)
         h0 = _perf()
@@ -529,6 +540,8 @@ def _run_batch(fn, ncalls: int, hold_us: float, gpu: bool, flush: bool = True, s
             _sync()
             _record(e2)
             _event_sync(e2)
+        if post is not None:
+            post(i)
         evs.append((a, e1, e2))
         host.append((h1 - h0) * 1e6)
     if not sync_each:

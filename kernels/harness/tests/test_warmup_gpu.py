@@ -34,9 +34,10 @@ def _cached(fn) -> int:
 
 
 def test_a_launch_under_compile_only_compiles_and_runs_nothing(tmp_path, monkeypatch):
-    # a cache of its own: a kernel found on disk "compiles" in 40 ms, less than the first real
-    # launch (module load) takes, and the comparison below would say nothing (H200, 2026-12-03)
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    compiles = []
+    real_compile = _plus_one.compile
+    monkeypatch.setattr(_plus_one, "compile", lambda *a, **k: compiles.append(1) or real_compile(*a, **k))
     n = 1000
     x = torch.zeros(n, device="cuda")
     out = torch.full((n,), -5.0, device="cuda")
@@ -54,8 +55,11 @@ def test_a_launch_under_compile_only_compiles_and_runs_nothing(tmp_path, monkeyp
     launch_s = time.perf_counter() - t1
     assert torch.all(out == 1.0)
     assert _cached(_plus_one) == before + 1, "the real launch compiled again"
+    # Triton's compiler ran once, under compile_only, and not for the launch. (Comparing the two
+    # durations said nothing: on the H200 the first real launch builds the kernel's C launcher,
+    # 230 ms, while a small kernel compiles in 50 ms; 2026-12-03.)
+    assert len(compiles) == 1
     print(f"compile {compile_s * 1e3:.1f} ms, launch after it {launch_s * 1e3:.2f} ms")
-    assert launch_s < compile_s
 
 
 def test_an_autotuner_compiles_every_config_and_keeps_no_pick():
