@@ -13,6 +13,7 @@
 #                context; the daemon stopped; throughput.py's figures; measurement_check.py
 #                picks the run's ten highest first readings and the final best, and bench.py
 #                times them (GPU time) in one process.
+#   STEP=retime  a fresh daemon, the goal until its first best, then retime best --times 8.
 #   STEP=demo    the demo seed in DEMO_DAEMONS fresh daemons, one after another.
 #
 # Binaries: .device/bin (kerneld, kernelctl; built here with
@@ -26,7 +27,9 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"; cd "$root"
 t0=$(date +%s)
 left() { echo $((BUDGET_S - ($(date +%s) - t0))); }
 BIN="$(cd .device/bin 2>/dev/null && pwd)"
-PY="${KERNELD_PYTHON:-python3}"
+# the daemon starts its worker with a cleared environment: give it the interpreter's own path
+# (a bare python3 on a cleared PATH is the system's, without torch: seen on the H200)
+PY="${KERNELD_PYTHON:-$(python3 -c 'import sys; print(sys.executable)')}"
 RUN_FILE=/tmp/kerneld-measurement.run
 export PYTHONUNBUFFERED=1 NO_COLOR=1 FLA_FLASH_KDA=0
 commit="$(cat .device/commit.txt 2>/dev/null || git rev-parse HEAD 2>/dev/null)"
@@ -106,6 +109,26 @@ finish)
   "$PY" scripts/gpu/measurement_check.py "$OUT/events.jsonl" --out "$OUT/winner_check.json" \
       --budget-s "$(( $(left) - 20 ))" 2>&1 | grep -v Warning | tail -30
   cat "$OUT/retime.txt" | tail -12
+  ;;
+retime)
+  # a short run: the goal until its first best, then `retime best --times 8` on the idle goal
+  W="$(mktemp -d /tmp/kdr.XXXX)"
+  uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
+  printf 'eval_timeout = "5m"\nworker_start_timeout = "3m"\ngpus = ["%s"]\n' "$uuid" > "$W/kerneld.toml"
+  pid=$(daemon_up "$W/state" "$W/k.sock" "$W/kerneld.toml")
+  ctl="$BIN/kernelctl --socket $W/k.sock"
+  wait_worker "$ctl"
+  id=$($ctl enqueue kernels/mla/mla.toml)
+  while [ "$(left)" -gt 130 ]; do
+    $ctl --json events "$id" 2>/dev/null | grep -q '"new_best"' && break
+    sleep 2
+  done
+  $ctl pause "$id" > /dev/null 2>&1
+  timeout "$(( $(left) - 15 ))" $ctl retime "$id" best --times 8 > "$OUT/retime.txt" 2>&1
+  $ctl --json events "$id" > "$OUT/events.jsonl"
+  $ctl show "$id" > "$OUT/show.txt" 2>&1
+  kill -TERM "$pid"
+  cat "$OUT/retime.txt" | tail -14
   ;;
 demo)
   for i in $(seq "$DEMO_DAEMONS"); do
