@@ -16,6 +16,8 @@ only refused where it can be called (call, value, bind).
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 
 from . import static_policy as P
@@ -119,11 +121,20 @@ def _anchors():
 
 
 def _keyword_ids():
+    """id(callee) -> (name, rules, callee, its parameter names): read once from the judge's own
+    trusted functions, never from anything a candidate names."""
     out = {}
     for name, rules in P.KEYWORD_POLICY.items():
         ref = R.resolve(name)
-        if ref.obj is not R.ABSENT and ref.obj is not R.UNKNOWN:
-            out[id(ref.obj)] = (name, rules, ref.obj)
+        if ref.obj is R.ABSENT or ref.obj is R.UNKNOWN:
+            continue
+        try:
+            params = list(inspect.signature(ref.obj).parameters)
+        except (TypeError, ValueError):
+            params = []
+        if params and params[0] == "self":
+            params = params[1:]
+        out[id(ref.obj)] = (name, rules, ref.obj, params)
     return out
 
 
@@ -136,14 +147,7 @@ def keyword_policy(obj):
     hit = KEYWORDS.get(id(obj))
     if hit is None or hit[2] is not obj:
         return None
-    import inspect
-    try:
-        params = list(inspect.signature(hit[2]).parameters)  # the judge's own trusted function
-    except (TypeError, ValueError):
-        params = []
-    if params and params[0] == "self":
-        params = params[1:]
-    return hit[0], hit[1], params
+    return hit[0], hit[1], hit[3]
 
 
 def _pre_checks(path: Path, position: str, banned) -> Finding | None:
@@ -159,7 +163,8 @@ def _pre_checks(path: Path, position: str, banned) -> Finding | None:
             if full == p or full.startswith(p + "."):
                 return Finding("torch-heavy-math", f"uses {full} (PyTorch compute for the task's heavy math)",
                                P.FIX["torch-heavy-math"])
-        if last in P.TORCH_GLOBAL_SETTERS or last.startswith("set_") or "autocast" in last or "backends" in parts[1:]:
+        autocast = "autocast" in last and not last.startswith(("is_", "get_"))  # queries read the state only
+        if last in P.TORCH_GLOBAL_SETTERS or last.startswith("set_") or autocast or "backends" in parts[1:]:
             return Finding("introspection", f"uses {full} (PyTorch global state)", module_fix("torch.backends",
                                                                                                 "introspection"))
         if last in P.HEAVY_NAMES or last in banned:
@@ -223,8 +228,11 @@ def _leaf(ref: R.Ref, rest: tuple, full: str, position: str, listed: bool) -> Fi
                    f"the rules cannot check", P.FIX["allow-list"])
 
 
+@functools.lru_cache(maxsize=8192)
 def judge(path: Path, position: str, banned=frozenset()) -> tuple[Finding | None, R.Ref | None]:
-    """The finding for `path` used at `position` (None: it passes), and what it denotes."""
+    """The finding for `path` used at `position` (None: it passes), and what it denotes. A pure
+    function of its arguments and of the modules' static state (kernels name `tl.load` hundreds of
+    times), so it is memoised."""
     full = str(path)
     pre = _pre_checks(path, position, banned)
     if pre is not None:

@@ -57,6 +57,10 @@ _TORCH = _DTYPES | {
     "is_floating_point", "is_complex", "promote_types", "result_type", "get_default_dtype", "view_as_real",
     "view_as_complex", "rand", "randn", "randint", "rand_like", "randn_like", "autograd", "nn", "amp",
     "version", "compiler", "__version__", "logsumexp", "norm", "e", "pi", "inf", "nan",
+    # read-only queries of PyTorch's state
+    "are_deterministic_algorithms_enabled", "is_deterministic_algorithms_warn_only_enabled", "is_autocast_enabled",
+    "get_float32_matmul_precision", "is_inference_mode_enabled", "is_storage", "get_device", "get_autocast_gpu_dtype",
+    "get_autocast_dtype", "get_autocast_cpu_dtype",
 }
 MODULES: dict[str, object] = {
     "torch": _TORCH,
@@ -74,13 +78,18 @@ MODULES: dict[str, object] = {
     "torch.autograd.grad_mode": {"no_grad", "enable_grad", "inference_mode"},
     "torch.amp": {"custom_fwd", "custom_bwd"},
     "torch.cuda.amp": {"custom_fwd", "custom_bwd"},
+    # wrap_triton registers nothing: it marks a Triton kernel for graph tracing and launches it as is
+    # (custom_op, Library, triton_op, register_* in torch.library register dispatch hooks: refused)
+    "torch.library": {"wrap_triton"},
     "torch.compiler": {"disable", "is_compiling", "is_dynamo_compiling", "allow_in_graph"},
-    "torch.nn": {"Module", "Parameter", "functional", "ModuleList", "ModuleDict", "Identity", "init"},
+    "torch.nn": {"Module", "Parameter", "functional", "ModuleList", "ModuleDict", "Identity", "init", "Dropout",
+                 "LayerNorm", "RMSNorm", "GroupNorm", "SiLU", "GELU", "ReLU", "Sigmoid", "Tanh", "Softplus"},
     "torch.nn.init": {"ones_", "zeros_", "constant_", "normal_", "uniform_", "trunc_normal_"},
-    # elementwise activations and padding: host-side glue around a kernel, never the heavy math
+    # elementwise activations, padding and normalisations (small reductions): host-side glue and
+    # references around a kernel, never the heavy math of a matmul/attention task
     "torch.nn.functional": {"pad", "silu", "gelu", "relu", "sigmoid", "softplus", "tanh", "elu", "leaky_relu",
                             "mish", "hardswish", "hardsigmoid", "logsigmoid", "relu6", "selu", "celu",
-                            "softsign", "one_hot", "dropout", "normalize"},
+                            "softsign", "one_hot", "dropout", "normalize", "layer_norm", "rms_norm", "group_norm"},
     "triton": {"jit", "autotune", "Config", "cdiv", "next_power_of_2", "heuristics", "language", "constexpr",
                "experimental", "__version__", "set_allocator", "runtime", "tools", "constexpr_function",
                "must_use_result", "OutOfResources", "CompilationError", "TritonError", "JITFunction",
@@ -125,6 +134,9 @@ MODULES: dict[str, object] = {
     "abc": {"ABC", "ABCMeta", "abstractmethod"},
     "copy": {"copy", "deepcopy"},
     "numbers": {"Number", "Integral", "Real", "Complex"},
+    # loggers write to the runner's stderr, as print does; handlers that write files are refused
+    "logging": {"getLogger", "Logger", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "debug", "info", "warning",
+                "error"},
     "packaging": {"version"},
     "packaging.version": {"parse", "Version", "InvalidVersion"},
     # `os` itself imports (it is loaded in every Python); only literal TRITON_* environment reads pass
@@ -164,7 +176,7 @@ INTROSPECTION_MODULES = {"gc", "inspect", "builtins", "__builtin__", "traceback"
                          "copyreg", "ctypes", "cffi", "_ctypes", "linecache", "faulthandler", "string"}
 IO_MODULES = {"os", "sys", "socket", "pickle", "io", "pathlib", "shutil", "tempfile", "marshal", "shelve",
               "urllib", "http", "requests", "mmap", "resource", "signal", "select", "fcntl", "posix",
-              "glob", "json", "csv", "sqlite3", "zipfile", "tarfile", "logging", "ssl", "ftplib", "smtplib",
+              "glob", "json", "csv", "sqlite3", "zipfile", "tarfile", "ssl", "ftplib", "smtplib",
               "dill", "cloudpickle", "platform", "pty", "tty", "termios", "errno", "stat", "fileinput",
               "posixpath", "genericpath", "getpass", "pwd", "grp", "uuid", "webbrowser", "email", "xml"}
 TIMER_MODULES = {"time", "timeit", "datetime", "cProfile", "profile", "pstats"}
@@ -185,6 +197,7 @@ MODULE_RULES = {
     "torch.special": "torch-heavy-math", "torch.fft": "torch-heavy-math", "torch.nested": "torch-heavy-math",
     "numpy.linalg": "torch-heavy-math", "numpy.fft": "torch-heavy-math", "numpy.ctypeslib": "introspection",
     "numpy.lib.format": "io", "triton.runtime.build": "concurrency", "triton.runtime.cache": "io",
+    "logging": "io",
 }
 MODULE_FIX = {
     "torch.library": "write the kernel as a plain function; custom ops register dispatch hooks in PyTorch",

@@ -233,7 +233,7 @@ def attr(ref: Ref, name: str) -> Ref:
         loaded = sys.modules.get(f"{mod_name}.{name}") if mod_name else None
         if loaded is not None:
             obj = loaded
-        elif _submodule_on_disk(ref.obj, name) or _has_module_getattr(ref.obj):
+        elif _submodule_on_disk(ref.obj, name) or _getattr_serves(ref.obj, mod_name, name):
             obj = UNKNOWN
     via = ref.via
     if is_module(obj):
@@ -241,9 +241,28 @@ def attr(ref: Ref, name: str) -> Ref:
     return Ref(path, obj, via)
 
 
-def _has_module_getattr(mod) -> bool:
+# Modules whose `__getattr__` serves only the names listed in these module-level tables (besides
+# submodules on disk), so any other missing name raises AttributeError at runtime. Read from the
+# module's own dict; a change of the tables' shape makes every name UNKNOWN again (conservative).
+GETATTR_TABLES = {"torch": ("_deprecated_attrs", "_lazy_modules")}
+
+
+def _getattr_serves(mod, mod_name, name: str) -> bool:
+    """Whether a module-level `__getattr__` may return something for `name`."""
     try:
-        return "__getattr__" in _MODULE_DICT.__get__(mod)
+        d = _MODULE_DICT.__get__(mod)
+        if "__getattr__" not in d:
+            return False
+        tables = GETATTR_TABLES.get(mod_name)
+        if not tables:
+            return True
+        for t in tables:
+            served = d.get(t)
+            if type(served) not in (dict, set, frozenset, list, tuple):
+                return True
+            if name in served:
+                return True
+        return False
     except Exception:  # noqa: BLE001
         return True
 

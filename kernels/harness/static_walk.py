@@ -14,6 +14,7 @@ from .static_paths import Finding, Path
 
 _TYPE_FUNCS = ("isinstance", "issubclass")
 _ATTR_FUNCS = ("getattr", "hasattr", "setattr", "delattr")
+_ROOTS = frozenset(m.split(".")[0] for m in P.MODULES)
 _WHAT = {"io": "files, processes, sockets", "concurrency": "threads/processes", "timer": "timers",
          "introspection": "interpreter/memory introspection", "banned-import": "dynamic imports",
          "torch-heavy-math": "PyTorch compute for the task's heavy math"}
@@ -141,8 +142,37 @@ class Walker(ast.NodeVisitor):
                      "bind it to a name (`lib = torch.cuda`), read from it at once (tl.math.exp), or import "
                      "the submodule (`from triton.language.extra import libdevice`)")
 
+    def _literal_getattr(self, node) -> bool:
+        """`getattr(x, "name"[, default])` with the builtin getattr: the attribute x.name."""
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                and self.is_builtin("getattr") and 2 <= len(node.args) <= 3 and not node.keywords
+                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+                and node.args[1].value.isidentifier())
+
     def paths(self, node) -> list:
-        return S.path_of(node, self.alias)
+        """The module paths an expression denotes (attributes, literal getattrs, from an alias)."""
+        attrs = []
+        while True:
+            if isinstance(node, ast.Attribute):
+                attrs.append(node.attr)
+                node = node.value
+            elif self._literal_getattr(node):
+                attrs.append(node.args[1].value)
+                node = node.args[0]
+            else:
+                break
+        if not isinstance(node, ast.Name) or node.id not in self.alias:
+            return []
+        return [Path(p.start, tuple(p.attrs) + tuple(reversed(attrs))) for p in self.alias[node.id]]
+
+    def root_name(self, node):
+        while True:
+            if isinstance(node, ast.Attribute):
+                node = node.value
+            elif self._literal_getattr(node):
+                node = node.args[0]
+            else:
+                return node.id if isinstance(node, ast.Name) else None
 
     # -- imports ----------------------------------------------------------------------------------------
     def _import_root(self, node, mod: str) -> bool:
@@ -158,10 +188,12 @@ class Walker(ast.NodeVisitor):
         elif top == "os":
             self.os_imports.append(node)
             return True
+        elif top in _ROOTS:
+            return True
         elif SP.module_rule(top) != "allow-list":
             rule = SP.module_rule(top)
             why = f"imports {mod} ({_WHAT[rule]})"
-        elif top not in {m.split('.')[0] for m in P.MODULES}:
+        else:
             rule = "banned-import"
             why = f"imports {mod} (allowed: torch, triton, numpy, math and the stdlib helpers of docs/HARNESS.md §4)"
         if rule:
@@ -223,11 +255,14 @@ class Walker(ast.NodeVisitor):
                         f"sockets or native code)"))
         elif a.startswith("__") and a.endswith("__") and a not in P.ALLOWED_DUNDER_ATTRS \
                 and not (a == "__class__" and isinstance(ctx, ast.Load)):
-            out.append(("introspection", f"dunder attribute .{a}"))
+            out.append(("introspection", f"dunder attribute .{a} (interpreter internals)",
+                        "use the object's public attributes"))
         elif a in P.FRAME_ATTRS:
-            out.append(("introspection", f"frame/trace attribute .{a}"))
+            out.append(("introspection", f"frame/trace attribute .{a} (reads the harness's state through the stack)"))
         elif a in P.POINTER_ATTRS:
-            out.append(("introspection", f".{a} (memory identity; outputs must not be cached by pointer)"))
+            out.append(("introspection", f".{a} (memory identity: the tool of caching outputs by pointer)",
+                        "pass the tensors themselves to the kernel (Triton takes their addresses); keep no "
+                        "addresses or storages on the host"))
         return out
 
     def visit_Attribute(self, node):
@@ -243,7 +278,7 @@ class Walker(ast.NodeVisitor):
         if position == "base":
             return  # the outermost attribute of the chain judges the whole path
         paths = self.paths(node)
-        root = _root_name(node)
+        root = self.root_name(node)
         if paths and root not in self.refused_alias:
             if id(node) in self.env_ok:
                 return
@@ -295,9 +330,12 @@ class Walker(ast.NodeVisitor):
             self.add("banned-import", node, f"{n}() (dynamic code / imports)", "write the code out")
         elif n in P.IO_BUILTINS:
             self.add("io", node, f"{n}() (I/O)")
+        elif n in _ATTR_FUNCS:
+            self.add("introspection", node, f"{n}() with a computed attribute name (it can reach any attribute: "
+                     f"the rules cannot see which)", f"write the attribute out (obj.attr), or {n}(obj, \"literal\")")
         elif n in P.INTROSPECTION_BUILTINS:
-            self.add("introspection", node, f"{n} (reflection on harness state)",
-                     "read attributes with a dotted name (obj.attr) or getattr(obj, \"literal\")")
+            self.add("introspection", node, f"{n} (reflection on interpreter or harness state)",
+                     "keep your own state in your own variables")
         elif n.startswith("__") and n.endswith("__") and n not in P.DUNDER_NAMES_OK:
             self.add("introspection", node, f"dunder name {n}")
 
@@ -338,8 +376,7 @@ class Walker(ast.NodeVisitor):
         paths = {str(p) for p in self.paths(f)}
         if not paths & {"os.environ.get", "os.getenv"}:
             return
-        if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str) \
-                and node.args[0].value.startswith(P.ENV_PREFIXES):
+        if node.args and _env_name_ok(node.args[0]):
             n = f
             while isinstance(n, ast.Attribute):
                 self.env_ok.add(id(n))
@@ -352,8 +389,7 @@ class Walker(ast.NodeVisitor):
     def visit_Subscript(self, node):
         # os.environ["TRITON_X"] (a read)
         if isinstance(node.ctx, ast.Load) and {str(p) for p in self.paths(node.value)} == {"os.environ"} \
-                and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str) \
-                and node.slice.value.startswith(P.ENV_PREFIXES):
+                and _env_name_ok(node.slice):
             n = node.value
             while isinstance(n, ast.Attribute):
                 self.env_ok.add(id(n))
@@ -363,8 +399,7 @@ class Walker(ast.NodeVisitor):
     def visit_Compare(self, node):
         # "TRITON_X" in os.environ
         if len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)) \
-                and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str) \
-                and node.left.value.startswith(P.ENV_PREFIXES) \
+                and _env_name_ok(node.left) \
                 and {str(p) for p in self.paths(node.comparators[0])} == {"os.environ"}:
             n = node.comparators[0]
             while isinstance(n, ast.Attribute):
@@ -540,10 +575,11 @@ class Walker(ast.NodeVisitor):
     visit_AsyncWith = visit_Await
 
 
-def _root_name(node):
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else None
+def _env_name_ok(node) -> bool:
+    """A literal TRITON_* name, or an f-string that starts with one (f"TRITON_AUTOTUNE_{x}")."""
+    if isinstance(node, ast.JoinedStr) and node.values:
+        node = node.values[0]
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(P.ENV_PREFIXES)
 
 
 def _chain(node):
