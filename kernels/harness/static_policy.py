@@ -158,8 +158,9 @@ OBJECT_PATHS = {
 
 # Private attributes a candidate may read on objects it did not define: the compiled kernel that
 # `kernel.warmup(...)` returns loads its module lazily (`_init_handles`, then `n_regs`, `n_spills`;
-# the official fused-softmax tutorial's occupancy calculation).
-OBJECT_PRIVATE_OK = {"_init_handles"}
+# the official fused-softmax tutorial's occupancy calculation); namedtuple's public API is spelled
+# with an underscore so that it cannot clash with field names.
+OBJECT_PRIVATE_OK = {"_init_handles", "_replace", "_asdict", "_fields", "_make", "_field_defaults"}
 
 # -- what the rules name when a path leaves the table -------------------------------------------
 THIRD_PARTY_KERNEL_LIBS = {

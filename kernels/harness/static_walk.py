@@ -275,19 +275,14 @@ class Walker(ast.NodeVisitor):
             for rule, msg, *fix in self._name_rules(a, node.ctx):
                 self.add(rule, node, msg, *fix)
         position = self.position(node)
-        if position == "base":
-            return  # the outermost attribute of the chain judges the whole path
         paths = self.paths(node)
-        root = self.root_name(node)
-        if paths and root not in self.refused_alias:
-            if id(node) in self.env_ok:
-                return
-            for p in paths:  # a store or del judges the path too (and _check_target the patching)
-                self.check_path(node, p, position if isinstance(node.ctx, ast.Load) else "store")
+        if not paths:
+            self._object_attribute(node, a)  # every link of an object's chain (`t._base.data`)
             return
-        if paths:
-            return
-        self._object_attribute(node, a)
+        if position == "base" or self.root_name(node) in self.refused_alias or id(node) in self.env_ok:
+            return  # the outermost attribute of a module path judges the whole path
+        for p in paths:  # a store or del judges the path too (and _check_target the patching)
+            self.check_path(node, p, position if isinstance(node.ctx, ast.Load) else "store")
 
     def _object_attribute(self, node, a: str):
         """An attribute of an object (not a module path): methods doing the heavy math, private

@@ -132,3 +132,9 @@ def test_capability_is_refused_with_a_fix(name, src, rule):
     vs = check_source(src)
     assert vs and vs[0].rule == rule, [str(v) for v in vs]
     assert all(v.fix and v.line >= 1 for v in vs), [str(v) for v in vs]
+
+
+def test_private_internals_anywhere_in_a_chain():
+    assert [v.rule for v in check_source("def f(t):\n    return t._base.shape\n")] == ["introspection"]
+    assert check_source("class A:\n    def __init__(self):\n        self._b = 1\n    def f(self):\n"
+                        "        return self._b.real\n") == []
