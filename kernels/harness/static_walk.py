@@ -4,6 +4,7 @@ position (static_paths.py) and scope (static_scope.py), against the tables of st
 from __future__ import annotations
 
 import ast
+import re
 import string
 
 from . import static_paths as SP
@@ -14,6 +15,7 @@ from .static_paths import Finding, Path
 
 _TYPE_FUNCS = ("isinstance", "issubclass")
 _ATTR_FUNCS = ("getattr", "hasattr", "setattr", "delattr")
+_CLOCK_REGISTERS = re.compile(r"%\s*(globaltimer|clock)|s_memtime|s_memrealtime|s_getreg", re.I)
 _ROOTS = frozenset(m.split(".")[0] for m in P.MODULES)
 _WHAT = {"io": "files, processes, sockets", "concurrency": "threads/processes", "timer": "timers",
          "introspection": "interpreter/memory introspection", "banned-import": "dynamic imports",
@@ -345,6 +347,7 @@ class Walker(ast.NodeVisitor):
             self.add("introspection", node, "type(name, bases, dict) (dynamic class creation)", "write a class statement")
         self._env_read(node)
         self._keywords(node)
+        self._inline_asm(node)
         self._special_call(node)
         syn = self.synthetic.get(id(node))
         prev = self._calls_here
@@ -380,6 +383,20 @@ class Walker(ast.NodeVisitor):
         self.os_misused = True
         self.add("io", node, "reads an environment variable whose name is not a literal TRITON_* name",
                  "use a constant or a SPACE parameter; only Triton's own TRITON_* knobs may be read")
+
+    def _inline_asm(self, node: ast.Call):
+        """Inline assembly is read as text: a literal, and no clock register (a kernel that reads
+        %globaltimer/%clock times itself, as a host timer would)."""
+        if not any(str(p).startswith("triton") and str(p).endswith(".inline_asm_elementwise")
+                   for p in self.paths(node.func)):
+            return
+        asm = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "asm"), None)
+        if not (isinstance(asm, ast.Constant) and isinstance(asm.value, str)):
+            self.add("allow-list", node, "inline assembly that is not a literal string (the rules read it as text)",
+                     "write the assembly as one literal string")
+        elif _CLOCK_REGISTERS.search(asm.value):
+            self.add("timer", node, "inline assembly reads a clock register (%globaltimer, %clock, s_memtime)",
+                     P.FIX["timer"])
 
     def visit_Subscript(self, node):
         # os.environ["TRITON_X"] (a read)

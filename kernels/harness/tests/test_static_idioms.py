@@ -73,6 +73,9 @@ HONEST = {
     "matmul inside a Triton kernel": H + ("@triton.jit\ndef k(a, b):\n    return a @ b\n"),
     "gluon": ("from triton.experimental import gluon\nfrom triton.experimental.gluon import language as gl\n"
               "L = gl.BlockedLayout\n@gluon.jit\ndef k(x):\n    pass\n"),
+    "inline PTX": H + ("@triton.jit\ndef cos_approx(x):\n    return tl.inline_asm_elementwise(\n"
+                       "        'cos.approx.f32 $0, $1;', constraints='=f,f', args=[x], dtype=tl.float32,\n"
+                       "        is_pure=True, pack=1)\n"),
     "wrap_triton": H + ("@triton.jit\ndef k(x):\n    pass\ndef f(x):\n    torch.library.wrap_triton(k)[(1,)](x)\n"),
 }
 
@@ -119,6 +122,12 @@ CAPABILITIES = [
     ("side stream", H + "s = torch.cuda.Stream()\n", "concurrency"),
     ("logging to a file", "import logging\nh = logging.FileHandler('/tmp/x')\n", "io"),
     ("autocast switched", H + "with torch.autocast('cuda'):\n    pass\n", "introspection"),
+    ("a clock read in inline PTX", H + "@triton.jit\ndef k(x):\n    return tl.inline_asm_elementwise("
+                                       "'mov.u64 $0, %globaltimer;', '=l', [x], dtype=tl.int64, is_pure=False, "
+                                       "pack=1)\n", "timer"),
+    ("inline assembly built at run time", H + "A = 'cos.approx.f32 $0, $1;'\n@triton.jit\ndef k(x):\n"
+                                              "    return tl.inline_asm_elementwise(A, '=f,f', [x], "
+                                              "dtype=tl.float32, is_pure=True, pack=1)\n", "allow-list"),
 ]
 
 
