@@ -208,6 +208,9 @@ def _leaf(ref: R.Ref, rest: tuple, full: str, position: str, listed: bool) -> Fi
     """After the table's last name: functions, classes and constants are the candidate's to use;
     objects with properties only through the paths OBJECT_PATHS lists."""
     kind = ref.kind
+    private = [r for r in rest if r.startswith("_") and r not in P.ALLOWED_DUNDER_ATTRS]
+    if private:  # a class's or function's internals (JITFunction._do_compile)
+        return Finding("introspection", f"private API {full}", P.FIX["introspection"])
     hit = ANCHORS.get(id(ref.obj)) if kind == "object" else None
     if hit is not None:
         anchor, allowed = hit

@@ -114,6 +114,7 @@ CAPABILITIES = [
     ("nested literal getattr", H + "m = getattr(getattr(tl, 'core'), 'inspect')\n", "introspection"),
     ("class swap", H + "def f(t, C):\n    t.__class__ = C\n", "introspection"),
     ("private internals of objects", H + "def f(t):\n    return t._version\n", "introspection"),
+    ("private internals of a listed class", H + "c = triton.runtime.jit.JITFunction._do_compile\n", "introspection"),
     ("format string reading attributes", "def f(g):\n    return '{0.__globals__}'.format(g)\n", "introspection"),
     ("heavy math through an alias", H + "mm = torch.matmul\ny = mm(1, 2)\n", "torch-heavy-math"),
     ("matmul outside a kernel", "def f(a, b):\n    return a @ b\n", "torch-heavy-math"),
