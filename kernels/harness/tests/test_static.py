@@ -35,7 +35,7 @@ def test_seed_passes():
     ("import subprocess", "concurrency"),
     ("import torch\ns = torch.cuda.Stream()", "concurrency"),
     ("import asyncio", "concurrency"),
-    ("import os", "io"),
+    ("import os\nos.system('id')", "io"),
     ("import sys", "io"),
     ("f = open('x')", "io"),
     ("import pickle", "io"),
