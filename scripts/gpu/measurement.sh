@@ -57,6 +57,16 @@ wait_worker() {   # $1 = kernelctl command; waits for the socket and a warm work
   done
 }
 
+goal_up() {   # $1 = a new folder: a GPU daemon there, its warm worker, mla.toml enqueued; sets pid, ctl, id
+  local uuid
+  uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
+  printf 'eval_timeout = "5m"\nworker_start_timeout = "3m"\ngpus = ["%s"]\n' "$uuid" > "$1/kerneld.toml"
+  pid=$(daemon_up "$1/state" "$1/k.sock" "$1/kerneld.toml")
+  ctl="$BIN/kernelctl --socket $1/k.sock"
+  wait_worker "$ctl"
+  id=$($ctl enqueue kernels/mla/mla.toml)
+}
+
 case "$STEP" in
 check)
   KERNELD_GPU_TESTS=1 timeout 300 "$PY" -m pytest -q -p no:cacheprovider \
@@ -77,12 +87,7 @@ start)
         | tail -14
   fi
   W="$(mktemp -d /tmp/kdm.XXXX)"
-  uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
-  printf 'eval_timeout = "5m"\nworker_start_timeout = "3m"\ngpus = ["%s"]\n' "$uuid" > "$W/kerneld.toml"
-  pid=$(daemon_up "$W/state" "$W/k.sock" "$W/kerneld.toml")
-  ctl="$BIN/kernelctl --socket $W/k.sock"
-  wait_worker "$ctl"
-  id=$($ctl enqueue kernels/mla/mla.toml)
+  goal_up "$W"
   t_enq=$(date +%s)
   printf 'W=%q\npid=%q\nid=%q\nt_enq=%q\n' "$W" "$pid" "$id" "$t_enq" > "$RUN_FILE"
   (nvidia-smi --query-gpu=timestamp,utilization.gpu,clocks.sm --format=csv,noheader -lms 1000 >> "$W/util.csv" 2>/dev/null &)
@@ -113,12 +118,7 @@ finish)
 retime)
   # a short run: the goal until its first best, then `retime best --times 8` on the idle goal
   W="$(mktemp -d /tmp/kdr.XXXX)"
-  uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
-  printf 'eval_timeout = "5m"\nworker_start_timeout = "3m"\ngpus = ["%s"]\n' "$uuid" > "$W/kerneld.toml"
-  pid=$(daemon_up "$W/state" "$W/k.sock" "$W/kerneld.toml")
-  ctl="$BIN/kernelctl --socket $W/k.sock"
-  wait_worker "$ctl"
-  id=$($ctl enqueue kernels/mla/mla.toml)
+  goal_up "$W"
   while [ "$(left)" -gt 130 ]; do
     $ctl --json events "$id" 2>/dev/null | grep -q '"new_best"' && break
     sleep 2
