@@ -72,6 +72,9 @@ pub async fn run_with(
     shutdown: CancellationToken,
     opts: RunOptions,
 ) -> anyhow::Result<()> {
+    // The binary did this already; a library caller (tests, tools) may not have.
+    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    let config = config.absolutize(&cwd).map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&config.state_dir).map_err(|e| {
         anyhow::anyhow!(
             "cannot create the state directory {}: {e}",

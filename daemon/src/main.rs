@@ -75,7 +75,20 @@ fn state_dir(cli: &Cli) -> Result<PathBuf, String> {
     if let Some(file) = config_file(cli) {
         cfg = cfg.merge_file(&file)?;
     }
-    Ok(cli.state_dir.clone().unwrap_or(cfg.state_dir))
+    if let Some(v) = &cli.state_dir {
+        cfg.state_dir = v.clone();
+    }
+    Ok(cfg.absolutize(&working_dir()?)?.state_dir)
+}
+
+/// The directory relative paths are taken from, or why there is none.
+fn working_dir() -> Result<PathBuf, String> {
+    std::env::current_dir().map_err(|e| {
+        format!(
+            "cannot tell the working directory ({e}) to make relative paths absolute; start \
+             kerneld from a directory that exists, or give every path absolute"
+        )
+    })
 }
 
 fn config_file(cli: &Cli) -> Option<PathBuf> {
@@ -116,6 +129,8 @@ fn build_config(cli: &Cli) -> Result<Config, String> {
     if cli.allow_unsandboxed {
         cfg.sandbox.allow_unsandboxed = true;
     }
+    // Made absolute once, here: the daemon, its workers and the sandbox see these paths.
+    let cfg = cfg.absolutize(&working_dir()?)?;
     if !cfg.worker_script().is_file() {
         return Err(format!(
             "no harness worker at {}; point --kernels (or KERNELD_KERNELS) at the kernels directory",
