@@ -26,6 +26,7 @@ mod owner;
 mod records;
 mod space;
 pub use check::CheckReport;
+pub(crate) use integrity::{inaccessible, unreadable};
 pub use space::Space;
 
 /// seq → event JSON.
