@@ -4,6 +4,7 @@
 //! in-process as well as through the `kerneld` binary. See ARCHITECTURE.md for the
 //! map of modules and their invariants.
 
+pub(crate) mod admission;
 pub(crate) mod agent;
 pub(crate) mod audit;
 pub(crate) mod candidate;
@@ -22,8 +23,8 @@ pub(crate) mod scheduler;
 pub(crate) mod shares;
 pub mod slurm;
 pub(crate) mod spool;
-pub(crate) mod startup;
 pub(crate) mod stability;
+pub(crate) mod startup;
 pub(crate) mod status_view;
 pub(crate) mod store;
 pub(crate) mod task;
