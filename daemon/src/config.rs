@@ -517,24 +517,39 @@ mod path_tests {
         // A bare program name is looked up on PATH.
         let mut bare = Config::new("/s".into(), "/k".into());
         bare.python = "python3".into();
-        assert_eq!(bare.absolutize(&cwd).unwrap().python, PathBuf::from("python3"));
+        assert_eq!(
+            bare.absolutize(&cwd).unwrap().python,
+            PathBuf::from("python3")
+        );
         // Too long a socket once absolute: refused, naming it.
         let long = Config::new("/s".into(), "x".repeat(100).into());
         let err = long.absolutize(&cwd).unwrap_err();
-        assert!(err.contains("longer than the 107") && err.contains("--socket"), "{err}");
+        assert!(
+            err.contains("longer than the 107") && err.contains("--socket"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&cwd).unwrap();
     }
 
     #[test]
     fn a_relative_path_in_the_config_file_is_refused_naming_the_key() {
         let file = std::env::temp_dir().join(format!("kd-rel-{}.toml", std::process::id()));
-        std::fs::write(&file, "state_dir = \"/var/lib/k\"\nkernels_dir = \"kernels\"\n").unwrap();
+        std::fs::write(
+            &file,
+            "state_dir = \"/var/lib/k\"\nkernels_dir = \"kernels\"\n",
+        )
+        .unwrap();
         let err = Config::new("/s".into(), "/k".into())
             .merge_file(&file)
             .unwrap_err();
-        assert!(err.contains("`kernels_dir` = \"kernels\" is a relative path"), "{err}");
+        assert!(
+            err.contains("`kernels_dir` = \"kernels\" is a relative path"),
+            "{err}"
+        );
         std::fs::write(&file, "python = \"python3\"\n").unwrap();
-        assert!(Config::new("/s".into(), "/k".into()).merge_file(&file).is_ok());
+        assert!(Config::new("/s".into(), "/k".into())
+            .merge_file(&file)
+            .is_ok());
         std::fs::remove_file(&file).unwrap();
     }
 }

@@ -56,7 +56,10 @@ impl Window {
 
     /// The panics kept quiet so far, taken.
     fn caught(&self) -> Vec<String> {
-        CAUGHT.lock().map(|mut c| c.drain(..).collect()).unwrap_or_default()
+        CAUGHT
+            .lock()
+            .map(|mut c| c.drain(..).collect())
+            .unwrap_or_default()
     }
 }
 
@@ -118,7 +121,9 @@ pub async fn open_log<T>(
                 }
                 Ok(StoreError::Db { source, .. }) => match *source {
                     redb::Error::Io(io) => Err(store::inaccessible(path, &io).into()),
-                    other => Err(store::unreadable(path, &format!("cannot be read: {other}")).into()),
+                    other => {
+                        Err(store::unreadable(path, &format!("cannot be read: {other}")).into())
+                    }
                 },
                 Ok(e) => Err(e.into()),
                 Err(e) => Err(e),

@@ -83,7 +83,9 @@ fn random_byte_flips_stop_the_start_with_one_message_naming_the_log() {
     let log = log_with_a_goal(dir.path());
     let original = std::fs::read(&log).unwrap();
     // Flips land where the log has data (most of the file is space redb has not used).
-    let used: Vec<usize> = (512..original.len()).filter(|&i| original[i] != 0).collect();
+    let used: Vec<usize> = (512..original.len())
+        .filter(|&i| original[i] != 0)
+        .collect();
     let mut outcomes = Vec::new();
     // A fixed generator: the same flips on every run.
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
