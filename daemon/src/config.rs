@@ -74,7 +74,13 @@ pub struct Config {
     pub max_active_goals: usize,
     /// Active goals one uid may have at once, root's included.
     pub max_active_goals_per_user: usize,
+    /// How long a goal the circuit breaker paused waits before it is tried again (doubled
+    /// at each trip in a row, up to `MAX_BREAKER_BACKOFF`; engine/breaker.rs).
+    pub breaker_backoff: Duration,
 }
+
+/// The longest wait between the circuit breaker's tries (unless `breaker_backoff` is longer).
+pub const MAX_BREAKER_BACKOFF: Duration = Duration::from_secs(3600);
 
 /// Sandbox settings (flat keys in kerneld.toml).
 #[derive(Debug, Clone, PartialEq)]
@@ -145,6 +151,7 @@ struct RawConfig {
     command_env: Option<Vec<String>>,
     max_active_goals: Option<usize>,
     max_active_goals_per_user: Option<usize>,
+    breaker_backoff: Option<String>,
 }
 
 impl Config {
@@ -176,6 +183,7 @@ impl Config {
             command_env: ["PATH", "HOME", "LANG"].map(String::from).to_vec(),
             max_active_goals: DEFAULT_MAX_ACTIVE_GOALS,
             max_active_goals_per_user: DEFAULT_MAX_ACTIVE_GOALS_PER_USER,
+            breaker_backoff: Duration::from_secs(300),
         }
     }
 
@@ -218,6 +226,9 @@ impl Config {
         }
         if let Some(v) = dur(&raw.worker_start_timeout, "worker_start_timeout")? {
             self.worker_start_timeout = v;
+        }
+        if let Some(v) = dur(&raw.breaker_backoff, "breaker_backoff")? {
+            self.breaker_backoff = v.max(Duration::from_secs(1));
         }
         if let Some(v) = raw.gpus {
             self.gpu_allow = v;
