@@ -286,14 +286,19 @@ impl Conn {
     }
 }
 
-/// The line an evicted connection gets before it is closed.
-fn evicted() -> Response {
+/// Tells a connection taken for another user's why, and ends it.
+async fn evicted(conn: &mut Conn) -> anyhow::Result<()> {
     let err = RpcError::new(
         code::TOO_MANY_CONNECTIONS,
         "kerneld closed this connection: every connection was taken and another user \
          needed one; you held the most, and this one had waited longest (reconnect to go on)",
     );
-    Response::err(Value::Null, err)
+    let mut line = serde_json::to_vec(&Response::err(Value::Null, err))?;
+    line.push(b'\n');
+    // Not `write_line`: it gives up at once on an evicted connection. Bounded all the same.
+    let write = conn.writer.write_all(&line);
+    let _ = tokio::time::timeout(Duration::from_secs(1), write).await;
+    Ok(())
 }
 
 /// Sends an answer. One longer than `MAX_LINE`, which no client could read, is answered
@@ -377,7 +382,7 @@ async fn serve_one(
         let frame = tokio::select! {
             f = conn.lines.next() => f?,
             _ = stop.cancelled() => return Ok(()),
-            _ = conn.evict.cancelled() => return send(&mut conn, &evicted()).await,
+            _ = conn.evict.cancelled() => return evicted(&mut conn).await,
         };
         conn.phase(Phase::Busy);
         let line = match frame {
@@ -593,7 +598,7 @@ async fn follow(
             // unfinished or over-long line ends it.
             r = conn.lines.next() => if !matches!(r, Ok(Some(Frame::Line(_)))) { return Ok(()) },
             _ = stop.cancelled() => return Ok(()),
-            _ = conn.evict.cancelled() => return send(&mut conn, &evicted()).await,
+            _ = conn.evict.cancelled() => return evicted(&mut conn).await,
         }
     }
 }

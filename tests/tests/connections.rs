@@ -284,3 +284,71 @@ fn a_refused_client_prints_the_refusal_not_a_closed_connection() {
     );
     drop(held);
 }
+
+#[test]
+fn a_follower_taken_for_another_user_is_told_why() {
+    let Some(dir) = nobody_dir("evict") else {
+        return;
+    };
+    // 8 connections: 7 for ordinary users, the eighth kept for root.
+    let d = Daemon::start_env(dir.path(), &[], &[("KERNELD_RPC_MAX_CONNECTIONS", "8")]);
+    let as_a = [
+        "setpriv",
+        "--reuid=60011",
+        "--regid=60011",
+        "--clear-groups",
+    ];
+    let as_b = [
+        "setpriv",
+        "--reuid=60012",
+        "--regid=60012",
+        "--clear-groups",
+    ];
+    // One user follows the log 7 times: every connection ordinary users may hold.
+    let mut followers: Vec<Child> = (0..7)
+        .map(|_| {
+            Command::new(as_a[0])
+                .args(&as_a[1..])
+                .arg(binary("kernelctl"))
+                .arg("--socket")
+                .arg(&d.socket)
+                .args(["events", "--follow"])
+                .env("NO_COLOR", "1")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(followers
+        .iter_mut()
+        .all(|f| f.try_wait().unwrap().is_none()));
+    // Another user gets in, taking one of them.
+    let out = kernelctl_under(&as_b, &d.socket, &["status"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    // That follower ended, saying why.
+    let t0 = Instant::now();
+    let ended = loop {
+        if let Some(i) = followers
+            .iter_mut()
+            .position(|f| f.try_wait().unwrap().is_some())
+        {
+            break followers.remove(i);
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "no follower ended");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = ended.wait_with_output().unwrap();
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("kerneld closed this connection") && text.contains("another user"),
+        "{text}"
+    );
+    for mut f in followers {
+        let _ = f.kill();
+        let _ = f.wait();
+    }
+}

@@ -78,9 +78,10 @@ impl Engine {
         }
     }
 
-    /// A lease of `goal` found no worker on `slot` (it could not start). The slot's own
-    /// failures to start count as evidence too: a slot that failed `TRIP_AFTER` times in
-    /// a row (warming included) trips the goal at once.
+    /// A lease of `goal` found no worker on `slot` (it could not start). When every
+    /// slot's worker has failed to start `TRIP_AFTER` times in a row (warming included),
+    /// the goal trips at once: no lease of it can get further. (One bad device among good
+    /// ones does not: the goal's next lease elsewhere ends its streak.)
     pub(super) async fn worker_unstartable(&self, goal: &str, slot: usize) -> anyhow::Result<()> {
         let (why, established) = {
             let st = self.state.lock().unwrap();
@@ -91,7 +92,7 @@ impl Engine {
                 .unwrap_or_else(|| "no worker could be started".into());
             (
                 format!("{}: {why}", s.info.uuid),
-                s.start_failures >= TRIP_AFTER,
+                st.slots.iter().all(|s| s.start_failures >= TRIP_AFTER),
             )
         };
         let guard = self.commit_lock.lock().await;
