@@ -179,6 +179,13 @@ fn a_worker_that_cannot_start_pauses_the_goal_without_spending_its_budget() {
     assert_eq!(g.state, GoalState::Paused);
     assert!(g.reason.unwrap_or_default().contains("paused by uid"));
     assert_eq!(trips(&d, &id).len(), 1);
+    // And a user may resume it: back to the queue (it never ran).
+    let out = kernelctl(&d.socket, &["resume", &id]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert!(matches!(
+        d.goal(&id).state,
+        GoalState::Queued | GoalState::Paused
+    ));
 }
 
 #[test]
