@@ -173,9 +173,24 @@ impl Client {
             .and_then(|()| self.writer.flush())
         {
             Ok(()) => Ok(id),
-            Err(e) if is_disconnect(&e) => Err(self.closed()),
+            Err(e) if is_disconnect(&e) => Err(self.why_closed(id)),
             Err(e) => Err(ClientError::Io(e)),
         }
+    }
+
+    /// The daemon hung up while this was still writing: it may have said why first (a
+    /// refused connection gets its reason, then the close), and what it sent is still
+    /// there to read after the broken pipe. That reason, else `Closed`.
+    fn why_closed(&mut self, id: u64) -> ClientError {
+        while let Ok(Some(message)) = self.read_message() {
+            if let Ok(Some(Response {
+                error: Some(error), ..
+            })) = as_response(&message, id)
+            {
+                return ClientError::Rpc(error);
+            }
+        }
+        self.closed()
     }
 
     /// The next line from the daemon as JSON; `None` at end of stream.
@@ -221,6 +236,14 @@ impl EventStream {
                 == Some(wire::method::EVENT_NOTIFICATION)
             {
                 return Ok(Some(message["params"].take()));
+            }
+            // The daemon's last word before it closes (the connection was taken for
+            // another user's): the reason, not a silent end.
+            if let Some(error) = message.get("error").filter(|_| message["id"].is_null()) {
+                return Err(ClientError::Rpc(
+                    serde_json::from_value(error.clone())
+                        .map_err(|e| ClientError::Protocol(e.to_string()))?,
+                ));
             }
             // Anything else (a stray response) carries no event: skip it.
         }

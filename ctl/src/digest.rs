@@ -31,6 +31,19 @@ pub struct Digest {
     pub agent_failures: u64,
     pub restarts: u64,
     pub downtime_s: f64,
+    /// Goals the circuit breaker paused (their evaluations failed, not by the
+    /// candidates' fault), each with its last trip.
+    pub halted: Vec<Halted>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Halted {
+    pub goal: String,
+    pub name: String,
+    pub reason: String,
+    /// Trips in this window.
+    pub trips: u64,
+    pub retry_in_ms: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -121,6 +134,24 @@ pub fn digest(events: &[Event], since_ms: u64, until_ms: u64) -> Digest {
                 d.gpu_hours += result.elapsed_s.max(0.0) / 3600.0;
             }
             EventKind::AgentRetrying { .. } => d.agent_retries += 1,
+            EventKind::BreakerTripped {
+                reason,
+                retry_in_ms,
+                ..
+            } => match d.halted.iter_mut().find(|h| h.goal == goal) {
+                Some(h) => {
+                    h.trips += 1;
+                    h.reason = reason.clone();
+                    h.retry_in_ms = *retry_in_ms;
+                }
+                None => d.halted.push(Halted {
+                    goal: goal.into(),
+                    name: name(),
+                    reason: reason.clone(),
+                    trips: 1,
+                    retry_in_ms: *retry_in_ms,
+                }),
+            },
             EventKind::AgentFailed { .. } => d.agent_failures += 1,
             EventKind::DaemonStarted { .. } => {
                 // Down from the log's previous event (a clean stop or a crash) to here.
@@ -175,6 +206,12 @@ pub fn one_line(d: &Digest, window: &str) -> String {
     let failed = total - d.evaluations.get("ok").copied().unwrap_or(0);
     parts.push(format!("{} ({failed} failed)", plural(total, "evaluation")));
     parts.push(format!("{:.2} GPU-h", d.gpu_hours));
+    if !d.halted.is_empty() {
+        parts.push(format!(
+            "{} paused by the circuit breaker",
+            plural(d.halted.len() as u64, "goal")
+        ));
+    }
     if d.agent_retries > 0 {
         parts.push(format!(
             "{} retried",
@@ -217,6 +254,23 @@ pub fn render(d: &Digest, window: &str, paint: Paint) -> String {
     for f in &d.finished {
         let why = f.reason.as_deref().unwrap_or("-");
         let _ = writeln!(out, "  {} {}  {}: {why}", f.goal, f.name, f.state.as_str());
+    }
+    if !d.halted.is_empty() {
+        section(
+            &mut out,
+            "goals paused by the circuit breaker (evaluations failing, not by the candidates' fault)",
+        );
+    }
+    for h in &d.halted {
+        let _ = writeln!(
+            out,
+            "  {} {}  {} trip(s), last tried again after {}: {}",
+            h.goal,
+            h.name,
+            h.trips,
+            render::duration(h.retry_in_ms as f64 / 1000.0),
+            h.reason
+        );
     }
     section(&mut out, "new bests");
     if d.new_bests.is_empty() {

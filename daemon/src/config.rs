@@ -74,7 +74,13 @@ pub struct Config {
     pub max_active_goals: usize,
     /// Active goals one uid may have at once, root's included.
     pub max_active_goals_per_user: usize,
+    /// How long a goal the circuit breaker paused waits before it is tried again (doubled
+    /// at each trip in a row, up to `MAX_BREAKER_BACKOFF`; engine/breaker.rs).
+    pub breaker_backoff: Duration,
 }
+
+/// The longest wait between the circuit breaker's tries (unless `breaker_backoff` is longer).
+pub const MAX_BREAKER_BACKOFF: Duration = Duration::from_secs(3600);
 
 /// Sandbox settings (flat keys in kerneld.toml).
 #[derive(Debug, Clone, PartialEq)]
@@ -145,6 +151,7 @@ struct RawConfig {
     command_env: Option<Vec<String>>,
     max_active_goals: Option<usize>,
     max_active_goals_per_user: Option<usize>,
+    breaker_backoff: Option<String>,
 }
 
 impl Config {
@@ -176,6 +183,7 @@ impl Config {
             command_env: ["PATH", "HOME", "LANG"].map(String::from).to_vec(),
             max_active_goals: DEFAULT_MAX_ACTIVE_GOALS,
             max_active_goals_per_user: DEFAULT_MAX_ACTIVE_GOALS_PER_USER,
+            breaker_backoff: Duration::from_secs(300),
         }
     }
 
@@ -198,6 +206,9 @@ impl Config {
                 })
                 .transpose()
         };
+        // Relative paths in the file are refused: the directory kerneld starts in (`/`
+        // under systemd) is not the file's, so neither reading would be what was meant.
+        relative_in_file(file, &raw)?;
         if let Some(v) = raw.state_dir {
             self.state_dir = v;
         }
@@ -215,6 +226,9 @@ impl Config {
         }
         if let Some(v) = dur(&raw.worker_start_timeout, "worker_start_timeout")? {
             self.worker_start_timeout = v;
+        }
+        if let Some(v) = dur(&raw.breaker_backoff, "breaker_backoff")? {
+            self.breaker_backoff = v.max(Duration::from_secs(1));
         }
         if let Some(v) = raw.gpus {
             self.gpu_allow = v;
@@ -347,6 +361,131 @@ impl Config {
     pub fn worker_script(&self) -> PathBuf {
         self.kernels_dir.join("harness").join("worker.py")
     }
+
+    /// Every path made absolute against `cwd` (the directory kerneld started in): the
+    /// workers run in their scratch directories and the sandbox grants only absolute
+    /// paths, so a relative one would name another file there (issue #30). Directories
+    /// and files are resolved through their existing part (symbolic links followed); a
+    /// program (`python`, `sandbox_binary`) keeps its own name, since a virtual
+    /// environment's python is known by the link's path. Refused: a socket path too long
+    /// for a Unix socket once absolute.
+    pub fn absolutize(mut self, cwd: &Path) -> Result<Config, String> {
+        if !cwd.is_absolute() {
+            return Err(format!(
+                "the working directory {} is not an absolute path; start kerneld from a \
+                 directory that exists, or give every path absolute",
+                cwd.display()
+            ));
+        }
+        let dir = |p: &mut PathBuf| *p = resolve(cwd, p);
+        dir(&mut self.state_dir);
+        dir(&mut self.socket);
+        dir(&mut self.kernels_dir);
+        self.spool_dir.iter_mut().for_each(dir);
+        self.config_file.iter_mut().for_each(dir);
+        let sb = &mut self.sandbox;
+        sb.scratch_dir.iter_mut().for_each(dir);
+        sb.extra_ro.iter_mut().for_each(dir);
+        sb.extra_exec.iter_mut().for_each(dir);
+        program(cwd, &mut self.python);
+        sb.binary.iter_mut().for_each(|p| program(cwd, p));
+        let len = self.socket.as_os_str().len();
+        if len > MAX_SOCKET_PATH {
+            return Err(format!(
+                "the socket path {} is {len} bytes, longer than the {MAX_SOCKET_PATH} a Unix \
+                 socket's path may have; give --socket (or `socket` in kerneld.toml) a shorter path",
+                self.socket.display()
+            ));
+        }
+        Ok(self)
+    }
+}
+
+/// The longest path `bind` takes (`sun_path` is 108 bytes with its NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// `p` against `cwd`, resolved through the longest part of it that exists (symbolic links
+/// followed there); the rest is appended with `.` dropped and `..` taken lexically.
+fn resolve(cwd: &Path, p: &Path) -> PathBuf {
+    use std::path::Component;
+    let joined = cwd.join(p);
+    let mut existing = joined.as_path();
+    let mut rest = Vec::new();
+    let base = loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            break real;
+        }
+        match existing.parent() {
+            Some(parent) => {
+                rest.push(existing.components().next_back());
+                existing = parent;
+            }
+            None => break existing.to_path_buf(),
+        }
+    };
+    let mut out = base;
+    for c in rest.into_iter().rev().flatten() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(name) => out.push(name),
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// A program's path: a bare name stays (looked up on PATH); anything with a slash is
+/// taken against `cwd`, without following links.
+fn program(cwd: &Path, p: &mut PathBuf) {
+    if p.components().count() > 1 && p.is_relative() {
+        *p = cwd.join(&*p).components().collect();
+    }
+}
+
+/// The first path key of a config file that is relative, as an error naming it.
+fn relative_in_file(file: &Path, raw: &RawConfig) -> Result<(), String> {
+    let single = [
+        ("state_dir", raw.state_dir.as_ref()),
+        ("socket", raw.socket.as_ref()),
+        ("kernels_dir", raw.kernels_dir.as_ref()),
+        ("spool_dir", raw.spool_dir.as_ref()),
+        ("scratch_dir", raw.scratch_dir.as_ref()),
+    ];
+    let lists = [
+        ("sandbox_extra_ro", raw.sandbox_extra_ro.as_deref()),
+        ("sandbox_extra_exec", raw.sandbox_extra_exec.as_deref()),
+    ];
+    let programs = [
+        ("python", raw.python.as_ref()),
+        ("sandbox_binary", raw.sandbox_binary.as_ref()),
+    ];
+    let found = single
+        .into_iter()
+        .filter_map(|(k, p)| Some((k, p?)))
+        .chain(
+            lists
+                .into_iter()
+                .flat_map(|(k, l)| l.unwrap_or_default().iter().map(move |p| (k, p))),
+        )
+        // A bare program name is looked up on PATH, not taken as a path.
+        .chain(
+            programs
+                .into_iter()
+                .filter_map(|(k, p)| Some((k, p?)))
+                .filter(|(_, p)| p.components().count() > 1),
+        )
+        .find(|(_, p)| p.is_relative());
+    match found {
+        None => Ok(()),
+        Some((key, p)) => Err(format!(
+            "{}: `{key}` = \"{}\" is a relative path; write it absolute (relative to what? \
+             kerneld may start anywhere, `/` under systemd)",
+            file.display(),
+            p.display()
+        )),
+    }
 }
 
 /// `KERNELD_KERNELS`, else `kernels/` next to the binary's checkout (target/*/kerneld →
@@ -364,4 +503,64 @@ fn default_kernels_dir() -> PathBuf {
         }
     }
     PathBuf::from("/usr/share/kerneld/kernels")
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::*;
+
+    #[test]
+    fn relative_paths_become_absolute_against_the_working_directory() {
+        let cwd = std::env::temp_dir().join(format!("kd-abs-{}", std::process::id()));
+        std::fs::create_dir_all(cwd.join("kernels")).unwrap();
+        let real = std::fs::canonicalize(&cwd).unwrap();
+        let mut cfg = Config::new("st".into(), "k.sock".into());
+        cfg.kernels_dir = "./kernels/../kernels".into();
+        cfg.python = "venv/bin/python".into();
+        cfg.sandbox.extra_ro = vec!["lib/x".into()];
+        let cfg = cfg.absolutize(&cwd).unwrap();
+        assert_eq!(cfg.state_dir, real.join("st"));
+        assert_eq!(cfg.socket, real.join("k.sock"));
+        assert_eq!(cfg.kernels_dir, real.join("kernels"));
+        assert_eq!(cfg.python, cwd.join("venv/bin/python"));
+        assert_eq!(cfg.sandbox.extra_ro, vec![real.join("lib/x")]);
+        assert_eq!(cfg.scratch_dir(), real.join("st.scratch"));
+        // A bare program name is looked up on PATH.
+        let mut bare = Config::new("/s".into(), "/k".into());
+        bare.python = "python3".into();
+        assert_eq!(
+            bare.absolutize(&cwd).unwrap().python,
+            PathBuf::from("python3")
+        );
+        // Too long a socket once absolute: refused, naming it.
+        let long = Config::new("/s".into(), "x".repeat(100).into());
+        let err = long.absolutize(&cwd).unwrap_err();
+        assert!(
+            err.contains("longer than the 107") && err.contains("--socket"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&cwd).unwrap();
+    }
+
+    #[test]
+    fn a_relative_path_in_the_config_file_is_refused_naming_the_key() {
+        let file = std::env::temp_dir().join(format!("kd-rel-{}.toml", std::process::id()));
+        std::fs::write(
+            &file,
+            "state_dir = \"/var/lib/k\"\nkernels_dir = \"kernels\"\n",
+        )
+        .unwrap();
+        let err = Config::new("/s".into(), "/k".into())
+            .merge_file(&file)
+            .unwrap_err();
+        assert!(
+            err.contains("`kernels_dir` = \"kernels\" is a relative path"),
+            "{err}"
+        );
+        std::fs::write(&file, "python = \"python3\"\n").unwrap();
+        assert!(Config::new("/s".into(), "/k".into())
+            .merge_file(&file)
+            .is_ok());
+        std::fs::remove_file(&file).unwrap();
+    }
 }

@@ -4,6 +4,7 @@
 //! in-process as well as through the `kerneld` binary. See ARCHITECTURE.md for the
 //! map of modules and their invariants.
 
+pub(crate) mod admission;
 pub(crate) mod agent;
 pub(crate) mod audit;
 pub(crate) mod candidate;
@@ -23,6 +24,7 @@ pub(crate) mod shares;
 pub mod slurm;
 pub(crate) mod spool;
 pub(crate) mod stability;
+pub(crate) mod startup;
 pub(crate) mod status_view;
 pub(crate) mod store;
 pub(crate) mod task;
@@ -42,6 +44,7 @@ pub use config::Config;
 pub mod tools {
     pub use crate::engine::Engine;
     pub use crate::rpc::{connection, Limits};
+    pub use crate::startup::{install_panic_hook, quietly};
     pub use crate::store::{CheckReport, NewEvent, Space, Store, StoreError};
 }
 pub use engine::TickFn;
@@ -72,13 +75,18 @@ pub async fn run_with(
     shutdown: CancellationToken,
     opts: RunOptions,
 ) -> anyhow::Result<()> {
+    // The binary did this already; a library caller (tests, tools) may not have.
+    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    let config = config.absolutize(&cwd).map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&config.state_dir).map_err(|e| {
         anyhow::anyhow!(
             "cannot create the state directory {}: {e}",
             config.state_dir.display()
         )
     })?;
-    let store = Arc::new(store::Store::open(&config.db_path())?);
+    // Opening and replaying the log: whatever stops it names the log and what to do.
+    let db = config.db_path();
+    let store = startup::open_log(&db, async { Ok(Arc::new(store::Store::open(&db)?)) }).await?;
     let devices = opts.devices.unwrap_or_else(|| gpu::discover(&config));
     match devices.note() {
         Some(note) if devices.mode() == "cpu" => {
@@ -93,8 +101,8 @@ pub async fn run_with(
             tracing::info!("devices: {}", names.join(", "));
         }
     }
-    let engine =
-        engine::Engine::start(config.clone(), store, devices, shutdown.child_token()).await?;
+    let start = engine::Engine::start(config.clone(), store, devices, shutdown.child_token());
+    let engine = startup::open_log(&db, start).await?;
     engine.set_on_tick(opts.on_tick);
     let listener = rpc::bind(&config.socket).await?;
     tracing::info!(socket = %config.socket.display(), state = %config.state_dir.display(), "kerneld ready");

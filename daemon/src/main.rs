@@ -75,7 +75,20 @@ fn state_dir(cli: &Cli) -> Result<PathBuf, String> {
     if let Some(file) = config_file(cli) {
         cfg = cfg.merge_file(&file)?;
     }
-    Ok(cli.state_dir.clone().unwrap_or(cfg.state_dir))
+    if let Some(v) = &cli.state_dir {
+        cfg.state_dir = v.clone();
+    }
+    Ok(cfg.absolutize(&working_dir()?)?.state_dir)
+}
+
+/// The directory relative paths are taken from, or why there is none.
+fn working_dir() -> Result<PathBuf, String> {
+    std::env::current_dir().map_err(|e| {
+        format!(
+            "cannot tell the working directory ({e}) to make relative paths absolute; start \
+             kerneld from a directory that exists, or give every path absolute"
+        )
+    })
 }
 
 fn config_file(cli: &Cli) -> Option<PathBuf> {
@@ -116,6 +129,8 @@ fn build_config(cli: &Cli) -> Result<Config, String> {
     if cli.allow_unsandboxed {
         cfg.sandbox.allow_unsandboxed = true;
     }
+    // Made absolute once, here: the daemon, its workers and the sandbox see these paths.
+    let cfg = cfg.absolutize(&working_dir()?)?;
     if !cfg.worker_script().is_file() {
         return Err(format!(
             "no harness worker at {}; point --kernels (or KERNELD_KERNELS) at the kernels directory",
@@ -160,6 +175,8 @@ fn main() -> ExitCode {
     unsafe {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
     }
+    // A panic inside redb while the log is opened is reported as a damaged log, once.
+    kerneld::tools::install_panic_hook();
     let cli = Cli::parse();
     // Hook: `kerneld man` writes the page and exits before anything starts (manpage.rs).
     if let Some(DaemonCommand::Man { out }) = &cli.command {
@@ -262,7 +279,15 @@ fn check(cli: &Cli) -> ExitCode {
         }
     };
     let path = Config::new(dir, PathBuf::new()).db_path();
-    let mut store = match kerneld::tools::Store::open_for_check(&path) {
+    let opened = kerneld::tools::quietly(|| kerneld::tools::Store::open_for_check(&path));
+    let opened = opened.unwrap_or_else(|panic| {
+        Err(kerneld::tools::StoreError::Damaged {
+            path: path.clone(),
+            what: format!("stopped redb on an internal assertion: {panic}"),
+            todo: String::new(),
+        })
+    });
+    let mut store = match opened {
         Ok(s) => s,
         // A file that is there but damaged is a finding, not a failure to look.
         // (Its advice without "run `kerneld check`": that is what said it.)
@@ -279,7 +304,12 @@ fn check(cli: &Cli) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match store.check() {
+    let checked = kerneld::tools::quietly(|| store.check());
+    match checked.unwrap_or_else(|panic| {
+        Err(kerneld::tools::StoreError::Corrupt(format!(
+            "redb stopped on an internal assertion: {panic}"
+        )))
+    }) {
         Ok(report) => {
             print!("{}", report.render(&path));
             ExitCode::from(if report.is_sound() { 0 } else { 1 })

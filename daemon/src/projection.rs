@@ -82,6 +82,18 @@ pub struct SeedInfo {
     pub rejected: Option<String>,
 }
 
+/// The circuit breaker's part of a goal (engine/breaker.rs): it paused the goal `trips`
+/// times since one of its results last worked.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Breaker {
+    pub trips: u32,
+    /// Why it last paused the goal.
+    pub reason: String,
+    /// While it holds the goal paused: when it resumes it (Unix ms). Any later change of
+    /// state (a resume, a pause by a user, the end) takes the goal out of its hands.
+    pub retry_at_ms: Option<u64>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct GoalProjection {
     pub id: String,
@@ -126,6 +138,10 @@ pub struct GoalProjection {
     /// Would-be bests that were re-timed: iteration -> the win held.
     #[serde(default)]
     pub confirmations: BTreeMap<u64, bool>,
+    /// Set when the circuit breaker paused the goal; cleared by a result that shows the
+    /// evaluations work (absent in projections before it existed: none had tripped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaker: Option<Breaker>,
 }
 
 impl GoalProjection {
@@ -155,6 +171,7 @@ impl GoalProjection {
             confirming: BTreeMap::new(),
             retimes: BTreeMap::new(),
             confirmations: BTreeMap::new(),
+            breaker: None,
         }
     }
 
@@ -282,6 +299,21 @@ impl GoalProjection {
                 }
                 self.state = *to;
                 self.reason = reason.clone();
+                if let Some(b) = &mut self.breaker {
+                    b.retry_at_ms = None;
+                }
+            }
+            EventKind::BreakerTripped {
+                reason,
+                trips,
+                retry_in_ms,
+                ..
+            } => {
+                self.breaker = Some(Breaker {
+                    trips: *trips,
+                    reason: reason.clone(),
+                    retry_at_ms: Some(ev.time_ms.saturating_add(*retry_in_ms)),
+                });
             }
             EventKind::GoalForked { origin } => self.forked_from = Some(origin.clone()),
             EventKind::SeedDescribed {
@@ -335,6 +367,10 @@ impl GoalProjection {
                 self.evaluations += 1;
                 self.gpu_ms += (result.elapsed_s * 1000.0).max(0.0) as u64;
                 self.phases.add(&result.phases, ev.time_ms);
+                // The worker ran the candidate and judged it: the evaluations work.
+                if worked(result.class) {
+                    self.breaker = None;
+                }
                 if !result.is_scored() {
                     *self
                         .failures
@@ -376,6 +412,11 @@ impl GoalProjection {
         }
     }
 
+    /// When the circuit breaker resumes the goal, while it holds it paused.
+    pub fn breaker_retry_at(&self) -> Option<u64> {
+        self.breaker.as_ref()?.retry_at_ms
+    }
+
     /// Wall-clock milliseconds spent running, up to `now_ms`.
     pub fn wall_ms_at(&self, now_ms: u64) -> u64 {
         self.wall_ms
@@ -409,6 +450,17 @@ impl GoalProjection {
             environment_changed: None,
         }
     }
+}
+
+/// A result of these classes means the worker judged the candidate (whatever it found):
+/// the infrastructure works. `error` and `crashed` may be either's (engine/breaker.rs
+/// tells them apart by rule); they leave the breaker as it is.
+fn worked(class: crate::wire::ResultClass) -> bool {
+    use crate::wire::ResultClass as C;
+    matches!(
+        class,
+        C::Ok | C::Rejected | C::CompileError | C::WrongResult | C::TimedOut
+    )
 }
 
 /// A goal spec for unit tests: one seed `a.py` with the given source.
@@ -497,6 +549,45 @@ mod tests {
         let p = &g.pending[&1];
         assert_eq!(p.attempts, 3);
         assert_eq!(p.unexplained_starts(), 1);
+    }
+
+    #[test]
+    fn the_breaker_holds_until_a_change_of_state_and_resets_on_a_working_result() {
+        use crate::wire::{EvalResult, ResultClass};
+        let mut g = GoalProjection::new("g1", test_spec("x"), 0, 0);
+        let paused = EventKind::GoalStateChanged {
+            from: GoalState::Running,
+            to: GoalState::Paused,
+            reason: Some("paused by the circuit breaker".into()),
+        };
+        g.apply(&ev(10, paused));
+        let tripped = EventKind::BreakerTripped {
+            reason: "cannot read candidate".into(),
+            failures: 3,
+            trips: 1,
+            retry_in_ms: 5_000,
+        };
+        g.apply(&ev(11, tripped));
+        assert_eq!(g.breaker_retry_at(), Some(5_011));
+        let resumed = EventKind::GoalStateChanged {
+            from: GoalState::Paused,
+            to: GoalState::Running,
+            reason: None,
+        };
+        g.apply(&ev(12, resumed));
+        assert_eq!(g.breaker_retry_at(), None);
+        let finished = |class| EventKind::EvaluationFinished {
+            iteration: 1,
+            candidate: "c".into(),
+            device: "cpu".into(),
+            result: EvalResult::failure(class, "x", 0.1),
+        };
+        // Still the infrastructure's, maybe: the trips stay.
+        g.apply(&ev(13, finished(ResultClass::Error)));
+        assert_eq!(g.breaker.as_ref().map(|b| b.trips), Some(1));
+        // The worker judged a candidate: the evaluations work.
+        g.apply(&ev(14, finished(ResultClass::CompileError)));
+        assert_eq!(g.breaker, None);
     }
 
     #[test]

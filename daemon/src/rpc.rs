@@ -3,11 +3,10 @@
 //! Each connection reads requests and answers them in order. Lines longer than
 //! `wire::MAX_LINE` get a -32600 answer and the connection is closed (the rest of the
 //! line cannot be told from the next request); so does a line not finished within
-//! `Limits::partial_line`. A line that is not UTF-8 gets -32700 and the connection goes
-//! on. At most `Limits::max_connections` are open at once and `Limits::max_per_user` per
-//! uid, root's included; the last `Limits::reserved()` are for root and kerneld's own user,
-//! so neither one user's idle clients nor root's lock anyone out. The caller's uid comes
-//! from SO_PEERCRED and decides who may change a goal.
+//! `Limits::partial_line`, and a connection that sends no request within `Limits::idle`.
+//! A line that is not UTF-8 gets -32700 and the connection goes on. Who may hold how many
+//! connections is `admission`'s (a refused or displaced client is told why before the
+//! close). The caller's uid comes from SO_PEERCRED and decides who may change a goal.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -22,6 +21,8 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::admission::Limits;
+use crate::admission::{Phase, Refusal, Table, Ticket};
 use crate::engine::{Engine, RpcResult};
 use crate::wire::*;
 use kerneld_protocol::lines::{Framed, LineFramer};
@@ -54,60 +55,6 @@ pub async fn bind(path: &Path) -> anyhow::Result<UnixListener> {
     Ok(listener)
 }
 
-/// What keeps local clients from growing the daemon without bound: every connection may
-/// buffer up to `wire::MAX_LINE`, so their number is capped; a line must be completed in
-/// time; a client must read what it is sent.
-#[derive(Clone, Copy, Debug)]
-pub struct Limits {
-    /// Connections open at once; one more is answered with an error and closed.
-    pub max_connections: usize,
-    /// Connections one uid may hold, root and kerneld's own user too, so that no one
-    /// user's idle clients (root's neither) lock everyone else out.
-    pub max_per_user: usize,
-    /// From a line's first byte to its newline. Idle connections (no partial line, e.g.
-    /// `events --follow` or a client between requests) do not time out.
-    pub partial_line: Duration,
-    /// How long one reply or notification may wait for the client to read.
-    pub write: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits {
-            max_connections: 64,
-            max_per_user: 16,
-            partial_line: Duration::from_secs(30),
-            write: Duration::from_secs(30),
-        }
-    }
-}
-
-impl Limits {
-    /// Connections only root and kerneld's own user may take (`shares::kept`): other
-    /// users together fill at most the rest.
-    pub fn reserved(&self) -> usize {
-        crate::shares::kept(self.max_connections)
-    }
-
-    /// The defaults, with `KERNELD_RPC_MAX_CONNECTIONS`, `KERNELD_RPC_MAX_PER_USER` and
-    /// `KERNELD_RPC_LINE_TIMEOUT_MS` (tests, unusual deployments) applied when they parse.
-    pub fn from_env() -> Limits {
-        let mut limits = Limits::default();
-        let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
-        if let Some(n) = env("KERNELD_RPC_MAX_CONNECTIONS").filter(|&n| n > 0) {
-            limits.max_connections = n as usize;
-        }
-        if let Some(n) = env("KERNELD_RPC_MAX_PER_USER").filter(|&n| n > 0) {
-            limits.max_per_user = n as usize;
-        }
-        limits.max_per_user = limits.max_per_user.min(limits.max_connections);
-        if let Some(ms) = env("KERNELD_RPC_LINE_TIMEOUT_MS").filter(|&ms| ms > 0) {
-            limits.partial_line = Duration::from_millis(ms);
-        }
-        limits
-    }
-}
-
 /// Accepts connections until `stop` is cancelled.
 pub async fn serve(listener: UnixListener, engine: Arc<Engine>, stop: CancellationToken) {
     serve_with(listener, engine, stop, Limits::from_env()).await
@@ -119,16 +66,21 @@ pub async fn serve_with(
     stop: CancellationToken,
     limits: Limits,
 ) {
-    let counts: Arc<std::sync::Mutex<Counts>> = Arc::default();
-    let privileged = crate::shares::privileged();
+    large_blocks_from_mmap();
+    let table = Table::new(limits, &crate::shares::privileged());
     let mut last_refusal_logged: Option<Instant> = None;
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let uid = stream.peer_cred().map(|c| c.uid()).unwrap_or(u32::MAX);
-                    let slot = match UserSlot::take(&counts, uid, &limits, &privileged) {
-                        Ok(slot) => slot,
+                    let ticket = match table.take(uid) {
+                        Ok(admitted) => {
+                            if let Some(owner) = admitted.took_from {
+                                tracing::debug!(uid, owner, "connection taken from the user holding the most");
+                            }
+                            admitted.ticket
+                        }
                         Err(Refusal::User) => {
                             refuse_user(&stream, limits.max_per_user);
                             continue;
@@ -147,8 +99,7 @@ pub async fn serve_with(
                     let engine = engine.clone();
                     let stop = stop.clone();
                     tokio::spawn(async move {
-                        let _slot = slot;
-                        if let Err(e) = connection(stream, engine, stop, limits).await {
+                        if let Err(e) = serve_one(stream, engine, stop, limits, Some(ticket)).await {
                             tracing::debug!("connection ended: {e}");
                         }
                     });
@@ -159,68 +110,6 @@ pub async fn serve_with(
                 }
             },
             _ = stop.cancelled() => break,
-        }
-    }
-}
-
-/// Open connections, in all and per uid.
-#[derive(Default)]
-struct Counts {
-    total: usize,
-    per_uid: std::collections::HashMap<u32, usize>,
-}
-
-/// Why a connection is not taken.
-#[derive(Debug, PartialEq)]
-enum Refusal {
-    /// Its uid holds `max_per_user` already.
-    User,
-    /// The daemon holds this many, all it takes from this uid.
-    Full(usize),
-}
-
-/// One open connection, counted in all and against its uid; the counts drop with it.
-struct UserSlot {
-    counts: Arc<std::sync::Mutex<Counts>>,
-    uid: u32,
-}
-
-impl UserSlot {
-    /// Every uid gets at most `max_per_user`; other users than root and kerneld's own
-    /// (`privileged`) together leave the last `reserved()` connections free for them.
-    fn take(
-        counts: &Arc<std::sync::Mutex<Counts>>,
-        uid: u32,
-        limits: &Limits,
-        privileged: &[u32],
-    ) -> Result<UserSlot, Refusal> {
-        let mut c = counts.lock().unwrap();
-        let total = crate::shares::room(limits.max_connections, privileged.contains(&uid));
-        if c.total >= total {
-            return Err(Refusal::Full(c.total));
-        }
-        let n = c.per_uid.entry(uid).or_default();
-        if *n >= limits.max_per_user {
-            return Err(Refusal::User);
-        }
-        *n += 1;
-        c.total += 1;
-        Ok(UserSlot {
-            counts: counts.clone(),
-            uid,
-        })
-    }
-}
-
-impl Drop for UserSlot {
-    fn drop(&mut self) {
-        let mut c = self.counts.lock().unwrap();
-        c.total -= 1;
-        if let Some(n) = c.per_uid.get_mut(&self.uid) {
-            *n -= 1;
-            if *n == 0 {
-                c.per_uid.remove(&self.uid);
-            }
         }
     }
 }
@@ -261,28 +150,60 @@ enum Frame {
     TooLong,
     /// Started but not finished within `Limits::partial_line`.
     Unfinished,
+    /// No request began within `Limits::idle`.
+    Idle,
 }
 
+/// A line this long (or longer) makes the connection give memory back when it closes.
+const RELEASE_AFTER: usize = 1 << 20;
+
 /// Reads lines (`kerneld_protocol::lines`, as the client does), bounded in the time one
-/// may take. Cancel-safe: whatever was read stays in the framer, so it may sit in a `select!`.
+/// may take and in the time before one begins. Cancel-safe: whatever was read stays in
+/// the framer, so it may sit in a `select!`. Its line buffer (up to `MAX_LINE`) goes back
+/// to the system when it is dropped.
 struct LineReader {
     inner: BufReader<OwnedReadHalf>,
     framer: LineFramer,
     partial_since: Option<Instant>,
     timeout: Duration,
+    /// Waiting for a request since then; None: not bound (follow mode).
+    idle_since: Option<Instant>,
+    idle: Duration,
+    /// Bytes of the line being read, and the most one line of this connection held.
+    in_line: usize,
+    peak: usize,
 }
 
 impl LineReader {
+    fn new(read: OwnedReadHalf, limits: &Limits) -> LineReader {
+        LineReader {
+            inner: BufReader::new(read),
+            framer: LineFramer::new(MAX_LINE),
+            partial_since: None,
+            timeout: limits.partial_line,
+            idle_since: Some(Instant::now()),
+            idle: limits.idle,
+            in_line: 0,
+            peak: 0,
+        }
+    }
+
     /// The next line without its `\n` (or `\r\n`); None at the end of the stream.
     async fn next(&mut self) -> std::io::Result<Option<Frame>> {
         loop {
-            let deadline = self.partial_since.map(|t0| t0 + self.timeout);
+            let deadline = match (self.partial_since, self.idle_since) {
+                (Some(t0), _) => Some((t0 + self.timeout, Frame::Unfinished)),
+                (None, Some(t0)) => Some((t0 + self.idle, Frame::Idle)),
+                (None, None) => None,
+            };
             let chunk = match deadline {
                 None => self.inner.fill_buf().await?,
-                Some(at) => match tokio::time::timeout_at(at.into(), self.inner.fill_buf()).await {
-                    Ok(r) => r?,
-                    Err(_) => return Ok(Some(Frame::Unfinished)),
-                },
+                Some((at, late)) => {
+                    match tokio::time::timeout_at(at.into(), self.inner.fill_buf()).await {
+                        Ok(r) => r?,
+                        Err(_) => return Ok(Some(late)),
+                    }
+                }
             };
             if chunk.is_empty() {
                 // End of stream: an unterminated last request still counts.
@@ -291,9 +212,12 @@ impl LineReader {
             }
             let (used, found) = self.framer.feed(chunk);
             self.inner.consume(used);
+            self.in_line += used;
+            self.peak = self.peak.max(self.in_line);
             match found {
                 Some(Framed::Line(line)) => {
                     self.partial_since = None;
+                    self.in_line = 0;
                     return Ok(Some(Frame::Line(line)));
                 }
                 Some(Framed::TooLong) => return Ok(Some(Frame::TooLong)),
@@ -305,10 +229,76 @@ impl LineReader {
     }
 }
 
+impl Drop for LineReader {
+    /// A connection that held a long line gives its memory back to the system: freed, it
+    /// would stay in malloc's arenas (56 unfinished 8 MiB lines left 295 MB, issue #30).
+    fn drop(&mut self) {
+        if self.peak >= RELEASE_AFTER {
+            self.framer = LineFramer::new(0);
+            release_memory();
+        }
+    }
+}
+
+/// Large blocks straight from mmap (so freeing one unmaps it), set once per process:
+/// glibc would otherwise raise its mmap threshold to the size of the first large block
+/// freed, and serve the next ones from arenas that never shrink.
+fn large_blocks_from_mmap() {
+    #[cfg(target_env = "gnu")]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        // SAFETY: mallopt with integer arguments; glibc's documented tunable.
+        ONCE.call_once(|| unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
+        });
+    }
+}
+
+/// Gives malloc's free memory back to the system (off the async threads).
+fn release_memory() {
+    #[cfg(target_env = "gnu")]
+    {
+        // SAFETY: malloc_trim takes a size and touches only malloc's own state.
+        let trim = || unsafe {
+            libc::malloc_trim(0);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => drop(h.spawn_blocking(trim)),
+            Err(_) => trim(),
+        }
+    }
+}
+
 struct Conn {
     lines: LineReader,
     writer: OwnedWriteHalf,
     write_timeout: Duration,
+    /// Fires when the connection was taken for another user's (admission.rs).
+    evict: CancellationToken,
+    ticket: Option<Ticket>,
+}
+
+impl Conn {
+    fn phase(&self, phase: Phase) {
+        if let Some(t) = &self.ticket {
+            t.set_phase(phase);
+        }
+    }
+}
+
+/// Tells a connection taken for another user's why, and ends it.
+async fn evicted(conn: &mut Conn) -> anyhow::Result<()> {
+    let err = RpcError::new(
+        code::TOO_MANY_CONNECTIONS,
+        "kerneld closed this connection: every connection was taken and another user \
+         needed one; you held the most, and this one had waited longest (reconnect to go on)",
+    );
+    let mut line = serde_json::to_vec(&Response::err(Value::Null, err))?;
+    line.push(b'\n');
+    // A client that does not read is not waited for.
+    let write = conn.writer.write_all(&line);
+    let _ = tokio::time::timeout(Duration::from_secs(1), write).await;
+    Ok(())
 }
 
 /// Sends an answer. One longer than `MAX_LINE`, which no client could read, is answered
@@ -345,6 +335,8 @@ async fn notify(conn: &mut Conn, msg: &impl Serialize) -> anyhow::Result<()> {
 
 async fn write_line(conn: &mut Conn, mut line: Vec<u8>) -> anyhow::Result<()> {
     line.push(b'\n');
+    // An answer under way is finished even on a connection taken for another user (it
+    // closes at its next wait); the write's own deadline bounds it.
     match tokio::time::timeout(conn.write_timeout, conn.writer.write_all(&line)).await {
         Ok(r) => Ok(r?),
         Err(_) => anyhow::bail!(
@@ -362,23 +354,36 @@ pub async fn connection(
     stop: CancellationToken,
     limits: Limits,
 ) -> anyhow::Result<()> {
+    serve_one(stream, engine, stop, limits, None).await
+}
+
+async fn serve_one(
+    stream: UnixStream,
+    engine: Arc<Engine>,
+    stop: CancellationToken,
+    limits: Limits,
+    ticket: Option<Ticket>,
+) -> anyhow::Result<()> {
     let uid = stream.peer_cred().map(|c| c.uid()).unwrap_or(u32::MAX);
     let (read, writer) = stream.into_split();
     let mut conn = Conn {
-        lines: LineReader {
-            inner: BufReader::new(read),
-            framer: LineFramer::new(MAX_LINE),
-            partial_since: None,
-            timeout: limits.partial_line,
-        },
+        lines: LineReader::new(read, &limits),
         writer,
         write_timeout: limits.write,
+        evict: ticket
+            .as_ref()
+            .map_or_else(CancellationToken::new, Ticket::evicted),
+        ticket,
     };
     loop {
+        conn.phase(Phase::Waiting);
+        conn.lines.idle_since = Some(Instant::now());
         let frame = tokio::select! {
             f = conn.lines.next() => f?,
             _ = stop.cancelled() => return Ok(()),
+            _ = conn.evict.cancelled() => return evicted(&mut conn).await,
         };
+        conn.phase(Phase::Busy);
         let line = match frame {
             None => return Ok(()),
             Some(Frame::Line(l)) => l,
@@ -396,6 +401,17 @@ pub async fn connection(
                     format!(
                         "request line not finished (no newline) within {:?}; connection closed",
                         limits.partial_line
+                    ),
+                );
+                send(&mut conn, &Response::err(Value::Null, err)).await?;
+                return Ok(());
+            }
+            Some(Frame::Idle) => {
+                let err = RpcError::new(
+                    code::INVALID_REQUEST,
+                    format!(
+                        "no request within {:?}; connection closed (connect again to send one)",
+                        limits.idle
                     ),
                 );
                 send(&mut conn, &Response::err(Value::Null, err)).await?;
@@ -533,6 +549,9 @@ async fn follow(
     stop: CancellationToken,
     uid: u32,
 ) -> anyhow::Result<()> {
+    // A follower sends nothing: no idle deadline; it may be taken for another user.
+    conn.lines.idle_since = None;
+    conn.phase(Phase::Following);
     let mut rx = engine.subscribe();
     let goal = match p
         .goal
@@ -578,6 +597,7 @@ async fn follow(
             // unfinished or over-long line ends it.
             r = conn.lines.next() => if !matches!(r, Ok(Some(Frame::Line(_)))) { return Ok(()) },
             _ = stop.cancelled() => return Ok(()),
+            _ = conn.evict.cancelled() => return evicted(&mut conn).await,
         }
     }
 }
@@ -617,38 +637,8 @@ fn event_notification(ev: &Event) -> serde_json::Result<Notification> {
 }
 
 #[cfg(test)]
-mod user_slot_tests {
+mod tests {
     use super::*;
-
-    #[test]
-    fn no_uid_holds_more_than_its_share_and_the_reserve_is_for_root() {
-        let counts = Arc::default();
-        let limits = Limits {
-            max_connections: 16,
-            max_per_user: 4,
-            ..Limits::default()
-        };
-        let privileged = [0, 999];
-        let take = |uid| UserSlot::take(&counts, uid, &limits, &privileged);
-        let held: Vec<UserSlot> = (0..4).map(|_| take(1000).unwrap()).collect();
-        assert_eq!(take(1000).err(), Some(Refusal::User));
-        // root is capped like anyone: its idle clients cannot fill the daemon either
-        let root: Vec<UserSlot> = (0..4).map(|_| take(0).unwrap()).collect();
-        assert_eq!(take(0).err(), Some(Refusal::User));
-        // other users fill what is left but the reserve (16 / 8 = 2)
-        let others: Vec<UserSlot> = (1001..1003)
-            .flat_map(|uid| (0..3).map(move |_| uid))
-            .map(|uid| take(uid).unwrap())
-            .collect();
-        assert_eq!(take(1005).err(), Some(Refusal::Full(14)));
-        let daemon_user: Vec<UserSlot> = (0..2).map(|_| take(999).unwrap()).collect();
-        assert_eq!(take(999).err(), Some(Refusal::Full(16)));
-        drop(held);
-        assert!(take(1000).is_ok());
-        drop((root, others, daemon_user));
-        let c = counts.lock().unwrap();
-        assert_eq!((c.total, c.per_uid.len()), (0, 0));
-    }
 
     #[test]
     fn an_answer_longer_than_a_line_becomes_an_error_that_says_so() {

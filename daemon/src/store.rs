@@ -26,6 +26,7 @@ mod owner;
 mod records;
 mod space;
 pub use check::CheckReport;
+pub(crate) use integrity::{inaccessible, unreadable};
 pub use space::Space;
 
 /// seq → event JSON.
@@ -49,11 +50,13 @@ const FORMAT_KEY: &str = "format";
 /// The version of the log's layout (tables, keys, the JSON of events and projections)
 /// this build writes. A log without one was written before versions (format 0, the same
 /// layout as 1). Format 2 adds the active/finished goal index (`goal_index`), which an
-/// older build would not keep up to date: a log of format 0 or 1 gets it when opened and
-/// is stamped 2. A newer one is refused: an older build could misread what it does not
-/// know. Bump on a change old builds cannot read, and keep reading every older format
-/// (tests/fixtures holds logs of older builds).
-pub const FORMAT: u64 = 2;
+/// older build would not keep up to date: a log of format 0 or 1 gets it when opened.
+/// Format 3 adds the `breaker_tripped` event (and the projection's `breaker`), which an
+/// older build could not read: a log of an older format is stamped 3 when opened. A newer
+/// one is refused: an older build could misread what it does not know. Bump on a change
+/// old builds cannot read, and keep reading every older format (tests/fixtures holds logs
+/// of older builds).
+pub const FORMAT: u64 = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -234,9 +237,12 @@ impl Store {
                     })
                 }
                 Some(found) if found == FORMAT => {}
-                // New, or of an older format (0 is 1's layout; 1 lacks the goal index).
-                _ => {
-                    goal_index::rebuild(&tx, path)?;
+                // New, or of an older format (0 is 1's layout; 1 lacks the goal index;
+                // 2 lacks only what 3 may write).
+                found => {
+                    if found.is_none_or(|f| f < 2) {
+                        goal_index::rebuild(&tx, path)?;
+                    }
                     meta.insert(FORMAT_KEY, FORMAT)
                         .map_err(|e| db_err(path, e))?;
                 }

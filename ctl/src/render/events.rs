@@ -154,6 +154,20 @@ pub fn event_summary(kind: &EventKind, fit_text: Fit) -> (String, Option<Style>)
             ),
             Some(Style::Yellow),
         ),
+        EventKind::BreakerTripped {
+            reason,
+            failures,
+            trips,
+            retry_in_ms,
+        } => (
+            format!(
+                "paused: {failures} evaluation(s) in a row failed, not by the candidates' \
+                 fault (trip {trips}); tried again in {}: {}",
+                super::duration(*retry_in_ms as f64 / 1000.0),
+                fit(reason, 100, fit_text)
+            ),
+            Some(Style::Red),
+        ),
         EventKind::Downtime { from_ms, to_ms } => (
             format!(
                 "daemon was down {:.0} s: not counted against the wall budget",

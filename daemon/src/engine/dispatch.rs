@@ -38,6 +38,7 @@ impl Engine {
                 _ = tick.tick() => {
                     ticks = ticks.wrapping_add(1);
                     self.check_wall_budgets().await;
+                    self.breaker_retries().await;
                     if ticks.is_multiple_of(HEALTH_EVERY) {
                         self.check_health().await;
                         self.slurm_tick().await; // HOOK(slurm)

@@ -9,7 +9,7 @@ use anyhow::anyhow;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::{Engine, ABORT_GRACE};
+use super::{breaker, Engine, ABORT_GRACE};
 use crate::harness::{Worker, WorkerError};
 use crate::projection::Pending;
 use crate::store::NewEvent;
@@ -64,7 +64,12 @@ impl Engine {
                     let or_empty = |v: Value| if v.is_null() { json!({}) } else { v };
                     (or_empty(d.space), or_empty(d.default), rejected)
                 }
-                Ok(Err(msg)) => (json!({}), json!({}), Some(msg)),
+                // The worker refused the request (it could not read the seed's file, or
+                // failed in its own code): not the seed's rejection.
+                Ok(Err(msg)) => {
+                    self.describe_refused(goal, msg).await?;
+                    return Ok(false);
+                }
                 Err(e) => {
                     Self::discard(worker).await;
                     // HOOK(slurm): the job went, not the seed's fault: describe it again later.
@@ -87,6 +92,9 @@ impl Engine {
             )])
             .await?;
             if worker.is_none() && !self.ensure_worker(slot, worker, cancel).await {
+                if !cancel.is_cancelled() {
+                    self.worker_unstartable(goal, slot).await?;
+                }
                 return Ok(false);
             }
         }
@@ -218,7 +226,8 @@ impl Engine {
             Ok(Ok(reply)) => {
                 // A CUDA error poisoned the worker's context: it answered, and exits;
                 // the next evaluation gets a fresh one.
-                if reply.fatal {
+                let fatal = reply.fatal;
+                if fatal {
                     Self::discard(worker).await;
                 }
                 match reply.into_body() {
@@ -228,19 +237,24 @@ impl Engine {
                         if r.elapsed_s <= 0.0 {
                             r.elapsed_s = elapsed;
                         }
+                        // The judge's own context, not the candidate's runner: the device.
+                        if fatal && r.rule.is_none() {
+                            r.rule = Some(breaker::DEVICE_LOST.into());
+                        }
                         r
                     }
-                    Ok(worker::Evaluated { result: None }) => EvalResult::failure(
-                        ResultClass::Error,
+                    Ok(worker::Evaluated { result: None }) => infrastructure(
                         "the worker's reply had no result",
+                        breaker::WORKER_PROTOCOL,
                         elapsed,
                     ),
-                    Err(msg) => EvalResult::failure(ResultClass::Error, msg, elapsed),
+                    // It could not read its input, or failed in its own code.
+                    Err(msg) => infrastructure(msg, breaker::WORKER_REFUSED, elapsed),
                 }
             }
-            Ok(Err(e)) => EvalResult::failure(
-                ResultClass::Error,
+            Ok(Err(e)) => infrastructure(
                 format!("unreadable result from the worker: {e}"),
+                breaker::WORKER_PROTOCOL,
                 elapsed,
             ),
             Err(WorkerError::Timeout(t)) => {
@@ -270,7 +284,11 @@ impl Engine {
             }
             Err(e) => {
                 Self::discard(worker).await;
-                EvalResult::failure(ResultClass::Error, e.to_string(), elapsed)
+                let rule = match e {
+                    WorkerError::Protocol(_) => breaker::WORKER_PROTOCOL,
+                    _ => breaker::WORKER_FAILED,
+                };
+                infrastructure(e.to_string(), rule, elapsed)
             }
         };
         self.reply_arrived(slot, gap, &mut result);
@@ -316,6 +334,8 @@ impl Engine {
     ) -> anyhow::Result<()> {
         let guard = self.commit_lock.lock().await;
         self.recording(slot, &mut result);
+        let infrastructure = breaker::not_the_candidates(&result)
+            .then(|| result.message.clone().unwrap_or_default());
         let device = self.slot_uuid(slot);
         let prev = self.state.lock().unwrap().goals[goal].proj.best.clone();
         let mut items = Vec::new();
@@ -397,7 +417,16 @@ impl Engine {
         if let Some((state, reason)) = self.stop_rule(goal) {
             self.finish_goal(&guard, goal, state, reason).await?;
         }
-        Ok(())
+        self.breaker_after_result(&guard, goal, infrastructure)
+            .await
+    }
+}
+
+/// A failure of the worker's, not the candidate's: `rule` says which (breaker.rs).
+fn infrastructure(message: impl Into<String>, rule: &str, elapsed: f64) -> EvalResult {
+    EvalResult {
+        rule: Some(rule.into()),
+        ..EvalResult::failure(ResultClass::Error, message, elapsed)
     }
 }
 

@@ -32,6 +32,9 @@ impl Engine {
         why: &Mutex<Option<String>>,
     ) -> anyhow::Result<()> {
         if !self.ensure_worker(slot, worker, cancel).await {
+            if !cancel.is_cancelled() {
+                self.worker_unstartable(goal, slot).await?;
+            }
             return Ok(());
         }
         // Running from its first lease on (describing its seeds is work for it already):
@@ -80,7 +83,14 @@ impl Engine {
             let result = self
                 .evaluate(goal, slot, &work, worker, cancel, why)
                 .await?;
-            let Some(result) = result else { return Ok(()) };
+            let Some(result) = result else {
+                // Aborted with no pause, cancel or stop behind it: no worker could be
+                // started for it (a Slurm job lost is the cluster's, and runs again).
+                if !cancel.is_cancelled() && worker.is_none() && self.slurm_index(slot).is_none() {
+                    self.worker_unstartable(goal, slot).await?;
+                }
+                return Ok(());
+            };
             self.record(goal, slot, &work, result).await
         }
         .await;

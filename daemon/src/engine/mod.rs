@@ -23,6 +23,7 @@
 
 mod ahead;
 mod auth;
+mod breaker;
 mod caps;
 mod dispatch;
 mod evaluation;
@@ -97,6 +98,8 @@ struct GoalRt {
     transient_failures: u32,
     /// Why the goal waits, while it backs off (shown by `status`/`show`, see waiting.rs).
     waiting: Option<String>,
+    /// Its evaluations' failures in a row that were not the candidates' (breaker.rs).
+    infra_failures: u32,
 }
 
 impl GoalRt {
@@ -114,6 +117,7 @@ impl GoalRt {
             records: None,
             transient_failures: 0,
             waiting: None,
+            infra_failures: 0,
         }
     }
 }
@@ -327,6 +331,7 @@ impl Engine {
             }
         }
         engine.commit(items).await?;
+        engine.breaker_restore().await?;
         engine.slurm_recover().await?; // HOOK(slurm)
         Ok(engine)
     }
@@ -383,7 +388,8 @@ impl Engine {
             admin_group,
             llm_keys,
             max_attempts,
-            command_env
+            command_env,
+            breaker_backoff
         );
         macro_rules! restart_only {
             ($($field:ident),*) => {$(

@@ -35,6 +35,14 @@ fn environment_changed(st: &State, rt: &GoalRt) -> Option<String> {
 }
 
 fn why(st: &State, rt: &GoalRt) -> Option<String> {
+    if let (GoalState::Paused, Some(at)) = (rt.proj.state, rt.proj.breaker_retry_at()) {
+        let secs = at.saturating_sub(crate::store::now_ms()).div_ceil(1000);
+        return Some(format!(
+            "paused by the circuit breaker; tried again in {secs} s (`kernelctl resume {}` \
+             tries now)",
+            rt.proj.id
+        ));
+    }
     if !matches!(rt.proj.state, GoalState::Queued | GoalState::Running) || !rt.leases.is_empty() {
         return None;
     }

@@ -41,6 +41,25 @@ pub(super) fn damaged(path: &Path, what: String) -> StoreError {
     }
 }
 
+/// What came out of opening or replaying the log (a record that does not decode, redb's
+/// error or assertion), as a damaged log: the path, `what`, and what to do.
+pub(crate) fn unreadable(path: &Path, what: &str) -> StoreError {
+    damaged(path, what.to_string())
+}
+
+/// The log could not be read or written for a reason of the system's (permissions, I/O).
+pub(crate) fn inaccessible(path: &Path, e: &std::io::Error) -> StoreError {
+    StoreError::Damaged {
+        path: path.to_path_buf(),
+        what: format!("cannot be accessed: {e}"),
+        todo: format!(
+            "check that kerneld's user (uid {}) may read and write it and its directory, and \
+             that the disk is healthy (dmesg); then start kerneld again",
+            nix::unistd::geteuid()
+        ),
+    }
+}
+
 /// The length redb's header says the file has, or what is wrong with the header.
 fn expected_len(header: &[u8]) -> Result<u64, String> {
     if header[..MAGIC.len()] != MAGIC {

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use super::{Store, StoreError, EVALS};
-use crate::wire::EvaluationRecord;
+use crate::wire::{EvalResult, EvaluationRecord};
 
 impl Store {
     /// The goal's records whose iteration is not in `have`, in iteration order. Only
@@ -28,6 +28,24 @@ impl Store {
                 serde_json::from_slice(v.value())
                     .map_err(|e| StoreError::Corrupt(e.to_string()))?,
             );
+        }
+        Ok(out)
+    }
+
+    /// The goal's last `n` evaluation results, newest first (the circuit breaker's streak
+    /// at start: engine/breaker.rs). Only those are read.
+    pub fn last_results(&self, goal: &str, n: usize) -> Result<Vec<EvalResult>, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = tx.open_table(EVALS).map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        let rows = t
+            .range((goal, 0)..=(goal, u64::MAX))
+            .map_err(|e| self.err(e))?;
+        for row in rows.rev().take(n) {
+            let (_, v) = row.map_err(|e| self.err(e))?;
+            let record: EvaluationRecord = serde_json::from_slice(v.value())
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            out.push(record.result);
         }
         Ok(out)
     }

@@ -305,7 +305,7 @@ fn goal_index_follows_state_and_is_rebuilt_for_a_format_1_log() {
     let summary = store.finished_goals().unwrap().remove(0);
     assert_eq!(summary, store.goal(&b).unwrap().unwrap().summary(0, 0));
 
-    // A log of format 1: no index, format 1. Opening it builds the index and stamps 2.
+    // A log of format 1: no index, format 1. Opening it builds the index and stamps FORMAT.
     {
         let tx = store.db.begin_write().unwrap();
         tx.delete_table(goal_index::ACTIVE).unwrap();

@@ -114,6 +114,17 @@ pub enum EventKind {
         attempt: u32,
         retry_in_ms: u64,
     },
+    /// The goal's evaluations failed `failures` times in a row for a reason that is not
+    /// the candidate's (the worker could not start, refused or garbled a request, the
+    /// runner could not start, the device was lost): the goal was paused (the
+    /// `goal_state_changed` just before, in the same commit) and resumes by itself after
+    /// `retry_in_ms`; `trips` counts the pauses since one of its results last worked.
+    BreakerTripped {
+        reason: String,
+        failures: u32,
+        trips: u32,
+        retry_in_ms: u64,
+    },
     /// The daemon was down from `from_ms` (its last event) to `to_ms` (its restart): a
     /// running goal's wall clock does not count that time.
     Downtime {
@@ -241,6 +252,7 @@ impl EventKind {
             EventKind::DeviceHealth { .. } => "device_health",
             EventKind::AgentFailed { .. } => "agent_failed",
             EventKind::AgentRetrying { .. } => "agent_retrying",
+            EventKind::BreakerTripped { .. } => "breaker_tripped",
             EventKind::Downtime { .. } => "downtime",
             EventKind::SlurmJobSubmitted { .. } => "slurm_job_submitted",
             EventKind::SlurmJobStarted { .. } => "slurm_job_started",

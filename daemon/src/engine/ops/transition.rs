@@ -14,29 +14,38 @@ impl Engine {
     ) -> RpcResult<GoalSummary> {
         let id = self.resolve(goal, uid)?;
         let guard = self.commit_lock.lock().await;
-        let (from, owner) = {
+        let (from, owner, breaker_holds) = {
             let st = self.state.lock().unwrap();
             let g = &st.goals[&id].proj;
-            (g.state, g.owner_uid)
+            (g.state, g.owner_uid, g.breaker_retry_at().is_some())
         };
+        // A pause of a goal the circuit breaker paused takes it out of its hands: it
+        // stays paused until resumed (recorded, so a restart keeps it so too).
+        let take_over = to == GoalState::Paused && breaker_holds;
         if !self.may_modify(uid, owner) {
             return Err(rpc_err(
                 code::PERMISSION_DENIED,
                 format!("goal {id} belongs to uid {owner}; only its owner, root or the admin group may {verb} it"),
             ));
         }
-        if already(from) {
+        if already(from) && !take_over {
             // Already there: nothing to do, and nothing for a cron job to special-case.
             drop(guard);
             return self.summary(&id);
         }
-        if !allowed(from) {
+        if !allowed(from) && !take_over {
             return Err(rpc_err(
                 code::INVALID_STATE,
                 format!("cannot {verb} goal {id}: it is {from}"),
             ));
         }
-        let reason = (to == GoalState::Cancelled).then(|| format!("cancelled by uid {uid}"));
+        let reason = match to {
+            GoalState::Cancelled => Some(format!("cancelled by uid {uid}")),
+            GoalState::Paused if take_over => Some(format!(
+                "paused by uid {uid} (the circuit breaker no longer resumes it)"
+            )),
+            _ => None,
+        };
         self.append(
             &guard,
             vec![NewEvent::goal(
