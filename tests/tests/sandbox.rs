@@ -546,7 +546,7 @@ fn a_uid_switch_it_cannot_make_is_refused_not_ignored() {
 
 #[test]
 fn the_judge_policy_runs_python_and_the_c_compiler_triton_uses_for_its_launcher() {
-    use kerneld::sandbox::policy::{Policy, PolicyInputs};
+    use kerneld::sandbox::policy::{GpuNodes, Policy, PolicyInputs};
     if !landlock_here() || !Path::new("/usr/bin/cc").exists() {
         eprintln!("skipped: no Landlock or no cc");
         return;
@@ -560,7 +560,7 @@ fn the_judge_policy_runs_python_and_the_c_compiler_triton_uses_for_its_launcher(
         kernels_dir: repo_root().join("kernels"),
         scratch: scratch.clone(),
         inbox: dir.path().join("inbox"),
-        gpu_minor: None,
+        gpu: GpuNodes::None,
         run_as: None,
         max_files: 4096,
         max_procs: 4096,
@@ -568,7 +568,7 @@ fn the_judge_policy_runs_python_and_the_c_compiler_triton_uses_for_its_launcher(
         extra_ro: vec![],
         extra_exec: vec![],
         forbidden: vec![dir.path().join("state")],
-        no_unix: true,
+        no_connect: true,
         best_effort: false,
     })
     .unwrap();

@@ -404,6 +404,24 @@ pub fn sandbox(sb: &SandboxStatus, paint: Paint) -> String {
 "
         ));
     }
+    for w in &sb.widened {
+        out.push_str(&format!(
+            "  widened for CUDA: {}: {} (with it strict: {})\n",
+            w.layer, w.level, w.reason
+        ));
+    }
+    if let Some(first) = sb.trials.first() {
+        let how = if first.ok {
+            "CUDA started under the strict policy".to_string()
+        } else {
+            format!(
+                "{} runs; the strict policy failed: {}",
+                sb.trials.len(),
+                first.error.as_deref().unwrap_or("?")
+            )
+        };
+        out.push_str(&format!("  GPU trial: {how}\n"));
+    }
     for p in &sb.problems {
         out.push_str(&format!(
             "  missing: {p}
