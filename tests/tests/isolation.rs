@@ -4,8 +4,10 @@
 //! what must come of it (`# expect: class=.. rule=..` or `# expect: no-effect`); after
 //! each, the global checks of docs/PROCESS_MODEL.md: no token of the daemon's user (a
 //! root-only file, an environment variable, the config file) appears anywhere a user or
-//! the log can see, no file appeared outside scratch, the local listener accepted
-//! nothing, and the honest seed gets the class it gets in a fresh daemon.
+//! the log can see, no file appeared outside scratch, the local TCP listener and the
+//! unix sockets of "another service" (named stream and datagram, abstract) got nothing,
+//! a file in another slot's scratch stayed unread, and the honest seed gets the class it
+//! gets in a fresh daemon.
 //! Also: a `command` agent's environment, the refusal of code-writing goals while the
 //! sandbox is incomplete, and (root, where the runner user can run the harness's
 //! Python) that a seed an unprivileged user sends runs as `kerneld-runner`.
@@ -13,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixDatagram, UnixListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -110,6 +113,12 @@ struct World {
     env_name: String,
     tokens: Vec<String>,
     listener: TcpListener,
+    /// Sockets of "another local service" (issue #24): named stream and datagram sockets
+    /// anyone may write to, and an abstract one.
+    unix: UnixListener,
+    dgram: UnixDatagram,
+    abstract_name: String,
+    abstract_socket: UnixListener,
 }
 
 fn token(tag: &str) -> String {
@@ -140,6 +149,22 @@ impl World {
         std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
+        let unix = UnixListener::bind(dir.path().join("service.sock")).unwrap();
+        let dgram = UnixDatagram::bind(dir.path().join("dgram.sock")).unwrap();
+        for name in ["service.sock", "dgram.sock"] {
+            let p = dir.path().join(name);
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        unix.set_nonblocking(true).unwrap();
+        dgram.set_nonblocking(true).unwrap();
+        let abstract_name = format!("kd-{tag}-{}", std::process::id());
+        let abstract_socket = {
+            use std::os::linux::net::SocketAddrExt;
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes())
+                .unwrap();
+            UnixListener::bind_addr(&addr).unwrap()
+        };
+        abstract_socket.set_nonblocking(true).unwrap();
         World {
             dir,
             secret_file,
@@ -148,7 +173,37 @@ impl World {
             env_name: "KD_HOSTILE_API_KEY".into(),
             tokens: vec![file_token, config_token, token("env")],
             listener,
+            unix,
+            dgram,
+            abstract_name,
+            abstract_socket,
         }
+    }
+
+    /// A file in a scratch directory of "another slot" under the daemon's scratch root,
+    /// readable to anyone: only the sandbox keeps a runner out of it.
+    fn plant_other_slot(&mut self, d: &Daemon) {
+        let slot = scratch_root(d).join("slot9");
+        std::fs::create_dir_all(&slot).unwrap();
+        std::fs::set_permissions(&slot, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let t = token("slot");
+        std::fs::write(slot.join("other-slot.txt"), &t).unwrap();
+        self.tokens.push(t);
+    }
+
+    /// What reached the unix sockets of "another service" since the last look.
+    fn unix_reached(&self) -> Vec<&'static str> {
+        let mut got = Vec::new();
+        if self.unix.accept().is_ok() {
+            got.push("the named stream socket accepted a connection");
+        }
+        if self.dgram.recv(&mut [0u8; 64]).is_ok() {
+            got.push("the named datagram socket got a datagram");
+        }
+        if self.abstract_socket.accept().is_ok() {
+            got.push("the abstract socket accepted a connection");
+        }
+        got
     }
 
     fn env_token(&self) -> &str {
@@ -176,11 +231,20 @@ impl World {
         Daemon::start_env(self.dir.path(), &args, &all)
     }
 
-    fn substitute(&self, text: &str, state_dir: &Path) -> String {
+    fn substitute(&self, text: &str, d: &Daemon) -> String {
+        let path = |p: &Path| p.to_str().unwrap().to_string();
         text.replace("@@SECRET_FILE@@", self.secret_file.to_str().unwrap())
             .replace("@@SECRET_ENV@@", &self.env_name)
             .replace("@@MARKER_DIR@@", self.marker.to_str().unwrap())
-            .replace("@@STATE_DIR@@", state_dir.to_str().unwrap())
+            .replace("@@STATE_DIR@@", &path(&d.state_dir))
+            .replace("@@DAEMON_SOCKET@@", &path(&d.socket))
+            .replace(
+                "@@UNIX_SOCKET@@",
+                &path(&self.dir.path().join("service.sock")),
+            )
+            .replace("@@UNIX_DGRAM@@", &path(&self.dir.path().join("dgram.sock")))
+            .replace("@@ABSTRACT_SOCKET@@", &self.abstract_name)
+            .replace("@@SCRATCH_ROOT@@", &path(&scratch_root(d)))
             .replace(
                 "@@TCP_PORT@@",
                 &self.listener.local_addr().unwrap().port().to_string(),
@@ -207,6 +271,28 @@ impl World {
         .unwrap();
         path
     }
+}
+
+/// Processes named `kd-survivor`: what fork_setsid_survivor.py's grandchild calls itself
+/// (PR_SET_NAME), so that its survival shows where the sandbox refuses its marker file.
+fn survivors() -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "kd-survivor")
+        })
+        .collect()
+}
+
+/// The daemon's scratch root (`Config::scratch_dir`'s default: beside the state directory).
+fn scratch_root(d: &Daemon) -> PathBuf {
+    let mut name = d.state_dir.file_name().unwrap().to_os_string();
+    name.push(".scratch");
+    d.state_dir.with_file_name(name)
 }
 
 fn honest_seed() -> String {
@@ -329,8 +415,9 @@ fn every_hostile_candidate_is_refused_or_has_no_effect() {
 
 /// One daemon over `hostiles`, each followed by the honest seed; the failures, with the log.
 fn suite(tag: &str, env: &[(&str, &str)], hostiles: &[(&Hostile, &Expect)]) -> Vec<String> {
-    let world = World::new(tag);
+    let mut world = World::new(tag);
     let d = world.start_env(env);
+    world.plant_other_slot(&d);
     let version = d.call(wire::method::VERSION, json!({}));
     let restricts = version["sandbox"]["restricts"].to_string();
     assert!(
@@ -348,7 +435,7 @@ fn suite(tag: &str, env: &[(&str, &str)], hostiles: &[(&Hostile, &Expect)]) -> V
     let mut failures = Vec::new();
     for (h, expect) in hostiles {
         let stem = h.name.trim_end_matches(".py").replace('_', "-");
-        let text = world.substitute(&h.text, &d.state_dir);
+        let text = world.substitute(&h.text, &d);
         let id = enqueue(
             &d,
             &world.goal(
@@ -409,6 +496,18 @@ fn suite(tag: &str, env: &[(&str, &str)], hostiles: &[(&Hostile, &Expect)]) -> V
         }
         if world.listener.accept().is_ok() {
             fail("the 127.0.0.1 listener accepted a connection".into());
+        }
+        for what in world.unix_reached() {
+            fail(what.into());
+        }
+        for pid in survivors() {
+            fail(format!(
+                "a process it started outlived its runner (pid {pid})"
+            ));
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
     if !failures.is_empty() {
