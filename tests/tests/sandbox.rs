@@ -5,7 +5,7 @@
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 use kerneld_e2e::*;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use kerneld::config::Config;
 use kerneld::gpu::DeviceInfo;
 use kerneld::sandbox::policy::{GpuNodes, PolicyInputs};
-use kerneld::sandbox::trial::GpuTrial;
+use kerneld::sandbox::trial::{GpuCode, GpuTrial};
 use kerneld::sandbox::widen::{Finding, Layer, Variant};
 use kerneld_e2e::*;
 
@@ -85,7 +85,10 @@ fn ladder(s: &Setup, code: &str) -> Finding {
         bin: &binary("kerneld-sandbox"),
         inputs: s.inputs.clone(),
         gpu: &s.gpu,
-        code,
+        code: GpuCode {
+            judge: code,
+            runner: code,
+        },
     }
     .ladder()
 }

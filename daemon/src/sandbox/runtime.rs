@@ -10,7 +10,7 @@ use std::process::Command;
 use super::policy::{GpuNodes, Policy, PolicyInputs};
 use super::probe::Probe;
 use super::scratch::{ensure_root, fresh_dir, judge_cache_dir, worker_env, SCRATCH_SUBDIRS};
-use super::trial::{python_trial, GpuTrial, CUDA_INIT};
+use super::trial::{python_trial, GpuTrial, CUDA};
 use super::widen::{Finding, Layer, Variant};
 use crate::config::Config;
 use crate::gpu::DeviceInfo;
@@ -236,7 +236,7 @@ impl Runtime {
                         bin,
                         inputs: rt.inputs(cfg, bin, Path::new("/"), nodes, run_as),
                         gpu,
-                        code: CUDA_INIT,
+                        code: CUDA,
                     }
                     .ladder();
                     problems.extend(finding.problem());

@@ -17,28 +17,69 @@ use super::widen::{Finding, Variant};
 use crate::config::Config;
 use crate::gpu::DeviceInfo;
 
-/// What every GPU evaluation does first: CUDA's initialisation, through torch.
-pub const CUDA_INIT: &str = "import torch; torch.ones(1, device='cuda').sum().item()";
+/// What a GPU trial runs in the judge, then in a runner the judge starts. The judge's code
+/// may set `RUNNER_ARG`, which the runner gets as `sys.argv[1]`.
+#[derive(Debug, Clone, Copy)]
+pub struct GpuCode<'a> {
+    pub judge: &'a str,
+    pub runner: &'a str,
+}
+
+/// What every GPU evaluation does first: CUDA's initialisation through torch, and the
+/// judge's shared arena (arena.py): a cuMemAlloc block whose CUDA IPC handle the runner
+/// opens and reads (the judge wrote 42 into it).
+pub const CUDA: GpuCode = GpuCode {
+    judge: r#"
+import base64, ctypes, torch
+torch.ones(1, device="cuda").sum().item()
+lib, ptr, handle = ctypes.CDLL("libcuda.so.1"), ctypes.c_uint64(), (ctypes.c_char * 64)()
+for what, rc in [
+    ("cuMemAlloc", lambda: lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(2 << 20))),
+    ("cuMemsetD8", lambda: lib.cuMemsetD8_v2(ctypes.c_uint64(ptr.value), ctypes.c_ubyte(42), ctypes.c_size_t(2 << 20))),
+    ("cuIpcGetMemHandle", lambda: lib.cuIpcGetMemHandle(handle, ctypes.c_uint64(ptr.value))),
+]:
+    if rc() != 0:
+        raise RuntimeError("%s failed" % what)
+RUNNER_ARG = base64.b64encode(ctypes.string_at(handle, 64)).decode()
+"#,
+    runner: r#"
+import base64, ctypes, sys, torch
+torch.ones(1, device="cuda").sum().item()
+class Handle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * 64)]
+lib, ptr, byte = ctypes.CDLL("libcuda.so.1"), ctypes.c_uint64(), ctypes.c_ubyte()
+lib.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), Handle, ctypes.c_uint]
+rc = lib.cuIpcOpenMemHandle_v2(ctypes.byref(ptr), Handle.from_buffer_copy(base64.b64decode(sys.argv[1])), 1)
+if rc != 0:
+    raise RuntimeError("cuIpcOpenMemHandle of the judge's arena failed with error %d" % rc)
+rc = lib.cuMemcpyDtoH_v2(ctypes.byref(byte), ctypes.c_uint64(ptr.value), ctypes.c_size_t(1))
+if rc != 0 or byte.value != 42:
+    raise RuntimeError("reading the judge's arena: error %d, value %d" % (rc, byte.value))
+"#,
+};
 
 /// A trial that takes longer than this failed (a CUDA init that hangs must not hold the
 /// daemon's start-up, which `version`, `gpus` and every worker start wait for, forever).
 const TRIAL_LIMIT: Duration = Duration::from_secs(240);
 
-/// The judge's side of a CUDA trial: `argv[3]` (the driver start) here, then a runner
-/// through `argv[1]` (the launcher's full argv, as spawn.py builds it), bounded by
-/// `argv[2]` seconds. The last line of stderr says which side failed and how.
+/// The judge's side of a GPU trial: `argv[3]` (the judge's code) here, then a runner
+/// through `argv[1]` (the launcher's full argv, as spawn.py builds it, plus the judge's
+/// `RUNNER_ARG` if it set one), bounded by `argv[2]` seconds. The last line of stderr says
+/// which side failed and how.
 const JUDGE_TRIAL: &str = r#"
 import json, subprocess, sys
 def last(text):
     lines = [l.strip() for l in text.splitlines() if l.strip()]
     return lines[-1] if lines else ""
+g = {}
 try:
-    exec(sys.argv[3], {})
+    exec(sys.argv[3], g)
 except BaseException as e:
     print("the judge: %s: %s" % (type(e).__name__, last(str(e)) or "(no message)"), file=sys.stderr)
     sys.exit(3)
+argv = json.loads(sys.argv[1]) + ([g["RUNNER_ARG"]] if "RUNNER_ARG" in g else [])
 try:
-    r = subprocess.run(json.loads(sys.argv[1]), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE, text=True, errors="replace", timeout=float(sys.argv[2]))
 except subprocess.TimeoutExpired:
     print("the runner: no answer within %s s" % sys.argv[2], file=sys.stderr)
@@ -133,9 +174,9 @@ pub struct GpuTrial<'a> {
     /// The policy's inputs with the runner user (if any); scratch and inbox are set here.
     pub inputs: PolicyInputs,
     pub gpu: &'a DeviceInfo,
-    /// Python code that starts what the driver starts ([`CUDA_INIT`]; tests give a
-    /// stand-in that does what cuInit was measured to do).
-    pub code: &'a str,
+    /// What the judge and the runner run ([`CUDA`]; tests give a stand-in that does what
+    /// cuInit was measured to do).
+    pub code: GpuCode<'a>,
 }
 
 impl GpuTrial<'_> {
@@ -181,9 +222,10 @@ impl GpuTrial<'_> {
         let python = resolve_python(&self.cfg.python).display().to_string();
         let mut runner_argv = vec![self.bin.display().to_string()];
         runner_argv.extend(runner.to_args());
-        runner_argv.extend(["--".into(), python, "-c".into(), self.code.into()]);
+        runner_argv.extend(["--".into(), python, "-c".into(), self.code.runner.into()]);
         let mut key = judge.to_args();
         key.extend(runner_argv.iter().cloned());
+        key.push(self.code.judge.into());
         let run = move || {
             ensure_root(&self.cfg.scratch_dir())?;
             fresh_dir(&dir, run_as, 0o700)?;
@@ -199,7 +241,7 @@ impl GpuTrial<'_> {
                     .args(["-c", JUDGE_TRIAL])
                     .arg(serde_json::to_string(&runner_argv).unwrap_or_default())
                     .arg(limit.as_secs().to_string())
-                    .arg(self.code)
+                    .arg(self.code.judge)
                     .current_dir("/")
                     .env_clear(),
                 TRIAL_LIMIT,
