@@ -276,7 +276,16 @@ def hostile(out, deadline, daemon_socket, state, scratch_root, config, env_token
     result = {"files": [h["name"] for h in files], "enqueue": {"rc": r.returncode, "stderr": r.stderr[-2000:]},
               "goal": goal}
     verdicts, finished = {}, False
-    seen_reached, seen_survivors = [], []
+    seen_reached, first_seen, seen_survivors = [], {}, []
+
+    def look_for_survivors():
+        # A process takes the name once its runner is gone; one still there a second and a
+        # half later was not killed with its runner (the judge kills strays at once).
+        now = time.time()
+        for p in survivors():
+            t = first_seen.setdefault(p, now)
+            if now - t >= 1.5 and p not in seen_survivors:
+                seen_survivors.append(p)
     while goal and r.returncode == 0 and time.time() < deadline:
         evs = events(ctl, goal)
         seed_of = {}
@@ -294,13 +303,14 @@ def hostile(out, deadline, daemon_socket, state, scratch_root, config, env_token
             elif t == "goal_state_changed" and (e.get("state") or e.get("to")) in ("completed", "failed", "cancelled"):
                 finished = True
         seen_reached += world.reached()
-        seen_survivors += [p for p in survivors() if p not in seen_survivors]
+        look_for_survivors()
         if finished:
             break
-        time.sleep(2)
-    time.sleep(2)  # a survivor shows itself a second after its runner died
+        time.sleep(1)
+    for _ in range(3):  # the last runner's strays: a second and a half at least
+        look_for_survivors()
+        time.sleep(1)
     seen_reached += world.reached()
-    seen_survivors += [p for p in survivors() if p not in seen_survivors]
     for p in seen_survivors:
         try:
             os.kill(p, 9)

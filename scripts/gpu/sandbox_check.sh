@@ -113,7 +113,9 @@ stop_daemon() {
 say "c. daemon A (GPU mode, allow_unsandboxed off): its start-up trial, version"
 "$PY" scripts/gpu/sandbox_check.py endpoint "$W/port" "$W/kernels/demo/seeds/tiled.py" > "$OUT/endpoint.log" 2>&1 &
 PIDS+=($!)
-start_daemon A
+# A_TOML: extra kerneld.toml lines for daemon A (a CPU dry run where the runner user cannot
+# reach the Python: `allow_unsandboxed = true`); never on the GPU machine.
+EXTRA_TOML=${A_TOML:-} start_daemon A
 # `version` waits for the sandbox trial (CUDA in a judge and its runner).
 step version 120 "${CTL[@]}" --json version > "$OUT/version.json" 2>&1
 "${CTL[@]}" version > "$OUT/version.txt" 2>&1
@@ -145,12 +147,15 @@ LAUNCHER=""
 [ -n "$JUDGE" ] && LAUNCHER=$(tr '\0' '\n' < "/proc/$JUDGE/environ" | sed -n 's/^KERNELD_RUNNER_LAUNCHER=//p')
 echo "$LAUNCHER" > "$OUT/launcher.json"
 LIBCUDA=$(tr '\0' '\n' < "/proc/$JUDGE/environ" 2>/dev/null | sed -n 's/^TRITON_LIBCUDA_PATH=//p')
-RUID=$(id -u kerneld-runner 2>/dev/null || echo 0)
-# direct NAME PROC_WRITE EXTRA_FLAG SCRIPT ARGS...: the launcher with its --proc-write
-# replaced, over SCRIPT in a scratch of the runner user's; output in direct_NAME.txt.
+# The uid the launcher switches to owns the runner's scratch (no --uid: this uid, as root
+# without capabilities: a directory of another uid's would be closed to it).
+RUID=$("$PY" -c 'import json,sys; a=json.loads(sys.argv[1]); print(a[a.index("--uid")+1] if "--uid" in a else 0)' "$LAUNCHER" 2>/dev/null || echo 0)
+# direct NAME LIMIT PROC_WRITE EXTRA_FLAG SCRIPT ARGS...: the launcher with its
+# --proc-write replaced (- keeps it), over SCRIPT in a scratch of the runner user's, for at
+# most LIMIT seconds; output in direct_NAME.txt.
 direct() {
-    local name=$1 pw=$2 extra=$3 script=$4 s=$W/direct/$1 rc
-    shift 4
+    local name=$1 limit=$2 pw=$3 extra=$4 script=$5 s=$W/direct/$1 rc
+    shift 5
     mkdir -p "$s"
     cp scripts/gpu/probe/cuda_init.py scripts/gpu/probe/proc_grant.py "$s/"
     chown -R "$RUID" "$s"
@@ -173,7 +178,7 @@ print("\n".join(out))' "$LAUNCHER" "$pw" 2>/dev/null)
     [ -n "$extra" ] && L+=("$extra")
     {
         echo "\$ ${L[*]} --rw $s ... -- $PY $script $*"
-        step "direct_$name" "$(cap 60 100)" "${L[@]}" --rw "$s" --env PATH=/usr/bin:/bin \
+        step "direct_$name" "$(cap "$limit" 100)" "${L[@]}" --rw "$s" --env PATH=/usr/bin:/bin \
             --env HOME="$s" --env TMPDIR="$s" --env TRITON_CACHE_DIR="$s/triton" \
             --env CUDA_CACHE_PATH="$s/nv" --env XDG_CACHE_HOME="$s/cache" \
             --env PYTHONDONTWRITEBYTECODE=1 --env CUDA_VISIBLE_DEVICES="$UUID" \
@@ -181,16 +186,16 @@ print("\n".join(out))' "$LAUNCHER" "$pw" 2>/dev/null)
         rc=$?
         echo "rc=$rc"
     } > "$OUT/direct_$name.txt"
-    tail -3 "$OUT/direct_$name.txt" | sed "s/^/  $name: /"
+    grep -v '^\$ ' "$OUT/direct_$name.txt" | tail -3 | sed "s/^/  $name: /"
 }
 if [ -n "$UUID" ]; then
-    direct strict - "" cuda_init.py
-    direct proc-none none "" proc_grant.py
+    direct strict 60 - "" cuda_init.py
+    direct proc-none 25 none "" proc_grant.py
     # The kernel's dentry cache dropped between the two rounds of new threads.
-    (sleep 8; echo 2 > /proc/sys/vm/drop_caches; echo go) | direct proc-task task "" proc_grant.py --drop --cuda
-    direct proc-pid pid "" proc_grant.py
-    direct proc-all all "" proc_grant.py
-    direct no-unix task --no-unix proc_grant.py
+    (sleep 8; echo 2 > /proc/sys/vm/drop_caches; echo go) | direct proc-task 40 task "" proc_grant.py --drop --cuda
+    direct proc-pid 25 pid "" proc_grant.py
+    direct proc-all 25 all "" proc_grant.py
+    direct no-unix 25 task --no-unix proc_grant.py
 else
     say "no GPU (nvidia-smi): the direct CUDA runs are skipped"
 fi
@@ -204,6 +209,7 @@ stop_daemon
 
 say "d. daemon B, sandbox-only mode: the hostile suite"
 # A sandbox found incomplete still gets its attacks run (and says so in the summary).
+EXTRA_TOML=""
 [ "$COMPLETE" = 1 ] || EXTRA_TOML="allow_unsandboxed = true"
 start_daemon hostile KERNELD_UNSAFE_SKIP_STATIC_CHECKS=1 KD_HOSTILE_API_KEY="KDTOKEN-env-$TOKHEX"
 step version_B 120 "${CTL[@]}" --json version > "$OUT/version_hostile.json" 2>&1

@@ -457,3 +457,18 @@ fn exec(o: &Options) -> SetupError {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_numbers_read_slurms_lists_and_ranges() {
+        assert_eq!(device_numbers("0").unwrap(), [0]);
+        assert_eq!(device_numbers("1,3").unwrap(), [1, 3]);
+        assert_eq!(device_numbers("0-2,7").unwrap(), [0, 1, 2, 7]);
+        for bad in ["", "gpu0", "3-1", "0-5000", "1,,2"] {
+            assert!(device_numbers(bad).is_err(), "{bad:?}");
+        }
+    }
+}

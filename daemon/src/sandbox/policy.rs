@@ -162,18 +162,38 @@ pub fn python_dirs(python: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
         }
         push_existing(&mut exec, &real);
     }
-    for dir in ro.clone() {
+    // A system-wide install (/usr/bin/python3) keeps its packages in /usr/local or /usr
+    // (readable as part of /usr); Triton's ptxas there must be executable too.
+    let mut roots = ro.clone();
+    roots.extend(["/usr/local", "/usr"].map(PathBuf::from));
+    for bin in triton_bins(&roots) {
+        push_existing(&mut exec, bin);
+    }
+    (ro, exec)
+}
+
+/// `<root>/lib*/python3*/{site,dist}-packages/triton/backends/nvidia/bin` that exist.
+fn triton_bins(roots: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for root in roots {
         for lib in ["lib", "lib64"] {
-            let Ok(entries) = std::fs::read_dir(dir.join(lib)) else {
+            let Ok(entries) = std::fs::read_dir(root.join(lib)) else {
                 continue;
             };
             for e in entries.flatten() {
-                let bin = e.path().join("site-packages/triton/backends/nvidia/bin");
-                push_existing(&mut exec, bin);
+                if !e.file_name().to_string_lossy().starts_with("python3") {
+                    continue;
+                }
+                for packages in ["site-packages", "dist-packages"] {
+                    let bin = e.path().join(packages).join("triton/backends/nvidia/bin");
+                    if bin.is_dir() {
+                        out.push(bin);
+                    }
+                }
             }
         }
     }
-    (ro, exec)
+    out
 }
 
 impl Policy {
@@ -374,6 +394,27 @@ mod tests {
             .dev
             .iter()
             .any(|r| r.to_string_lossy().contains("nvidia")));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn triton_binaries_are_found_in_site_and_dist_packages() {
+        let d = tmp("triton");
+        for p in [
+            "venv/lib/python3.12/site-packages/triton/backends/nvidia/bin",
+            "local/lib/python3.12/dist-packages/triton/backends/nvidia/bin",
+            "local/lib/perl5/site-packages/triton/backends/nvidia/bin",
+        ] {
+            std::fs::create_dir_all(d.join(p)).unwrap();
+        }
+        let found = triton_bins(&[d.join("venv"), d.join("local"), d.join("none")]);
+        assert_eq!(
+            found,
+            [
+                d.join("venv/lib/python3.12/site-packages/triton/backends/nvidia/bin"),
+                d.join("local/lib/python3.12/dist-packages/triton/backends/nvidia/bin"),
+            ]
+        );
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -62,6 +62,9 @@ if rc != 0 or byte.value != 42:
 /// daemon's start-up, which `version`, `gpus` and every worker start wait for, forever).
 const TRIAL_LIMIT: Duration = Duration::from_secs(240);
 
+/// The whole ladder's time: trials left when it is spent count as failed, untried.
+const LADDER_LIMIT: Duration = Duration::from_secs(900);
+
 /// The judge's side of a GPU trial: `argv[3]` (the judge's code) here, then a runner
 /// through `argv[1]` (the launcher's full argv, as spawn.py builds it, plus the judge's
 /// `RUNNER_ARG` if it set one), bounded by `argv[2]` seconds. The last line of stderr says
@@ -184,7 +187,14 @@ impl GpuTrial<'_> {
     /// command lines (the `user` layer when there is no runner user, say) run once.
     pub fn ladder(&self) -> Finding {
         let mut seen: HashMap<Vec<String>, Result<(), String>> = HashMap::new();
+        let start = Instant::now();
         Finding::find(|v| {
+            if start.elapsed() > LADDER_LIMIT {
+                return Err(format!(
+                    "not tried: the trials took more than {} s",
+                    LADDER_LIMIT.as_secs()
+                ));
+            }
             let (key, run) = match self.command(v) {
                 Ok(c) => c,
                 Err(e) => return Err(e),

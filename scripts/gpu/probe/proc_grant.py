@@ -32,8 +32,12 @@ def one_round(tag):
     print("thread %s %s" % (tag, " ".join("%s=%s" % kv for kv in got.items())), flush=True)
 
 
-rc = ctypes.CDLL("libcuda.so.1").cuInit(0)
-print("cuInit", rc, flush=True)
+try:
+    rc = ctypes.CDLL("libcuda.so.1").cuInit(0)
+    print("cuInit", rc, flush=True)
+except OSError as e:  # no driver (a dry run on a CPU machine): the threads still tell
+    rc = None
+    print("cuInit none:", e, flush=True)
 one_round("after-rule")
 if "--drop" in sys.argv:
     print("ready", flush=True)
@@ -50,4 +54,4 @@ if "--cuda" in sys.argv and rc == 0:
     t.join()
     if out == [1000.0]:
         print("cuda ok", flush=True)
-sys.exit(0 if rc == 0 else 3)
+sys.exit(0 if rc in (0, None) else 3)
