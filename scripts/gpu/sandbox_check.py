@@ -385,6 +385,8 @@ def summary(out):
                                              "threads": re.findall(r"^thread .*$", text, re.M)}
     goals = load(os.path.join(out, "goals.json"), {})
     hostile_r = load(os.path.join(out, "hostile.json"), {})
+    vb = load(os.path.join(out, "version_hostile.json"), {})
+    sb_b = (vb.get("daemon") or vb).get("sandbox") or {}
     checks = {
         "sandbox_complete_gpu": bool(sb.get("complete")) and not sb.get("allow_unsandboxed"),
         "gpu_trial_strict": bool(sb.get("trials")) and bool(sb["trials"][0].get("ok")),
@@ -392,6 +394,7 @@ def summary(out):
         "llm_goal_2_correct_timed": (goals.get("goals") or {}).get(os.environ.get("LLM_GOAL", ""), {}).get("correct_timed_by_agent", 0) >= 2,
         "hybrid_goal_2_correct_timed": (goals.get("goals") or {}).get(os.environ.get("HYBRID_GOAL", ""), {}).get("correct_timed_by_agent", 0) >= 2,
         "hostile_all_stopped": bool(hostile_r) and not hostile_r.get("failures") and bool(hostile_r.get("finished")),
+        "hostile_under_full_sandbox": bool(sb_b.get("complete")) and not sb_b.get("allow_unsandboxed"),
     }
     result = {"checks": checks, "steps": steps, "sandbox": sb, "direct": direct, "goals": goals,
               "hostile": {k: hostile_r.get(k) for k in ("files", "verdicts", "failures", "finished")}}
@@ -406,6 +409,11 @@ def summary(out):
     print("== direct kerneld-sandbox runs (cuInit rc, CUDA+Triton ok)")
     for k, v in direct.items():
         print("  %-22s rc=%s cuInit=%s cuda_ok=%s %s" % (k, v["rc"], v["cuinit"], v["cuda_ok"], " ".join(v["threads"])))
+    print("== hostile suite (daemon B: sandbox %s%s): %d files, %s" % (
+        "complete" if sb_b.get("complete") else "INCOMPLETE",
+        ", allow_unsandboxed" if sb_b.get("allow_unsandboxed") else "",
+        len(hostile_r.get("files") or []),
+        "finished" if hostile_r.get("finished") else "NOT finished (budget)"))
     for f in hostile_r.get("failures") or []:
         print("  hostile FAILURE: " + f[:300])
     print("== checks")
