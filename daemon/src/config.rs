@@ -100,7 +100,9 @@ pub struct SandboxConfig {
     pub extra_exec: Vec<PathBuf>,
     /// RLIMIT_NPROC of the judge and runners (threads count; shared by the runner user).
     pub max_procs: u64,
-    /// Let evaluations create AF_UNIX sockets (off: the daemon's socket is out of reach).
+    /// Let evaluations connect AF_UNIX sockets (off: they may create them, as CUDA does,
+    /// but connect, bind, listen, accept and send with an address are refused, so the
+    /// daemon's socket and every other local service are out of reach).
     pub unix_sockets: bool,
 }
 

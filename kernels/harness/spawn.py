@@ -59,7 +59,9 @@ def runner_env(scratch: str) -> dict:
            "TRITON_CACHE_DIR": os.path.join(scratch, "triton"),
            "TORCHINDUCTOR_CACHE_DIR": os.path.join(scratch, "inductor"),
            "CUDA_CACHE_PATH": os.path.join(scratch, "cuda"), "KERNELD_RUNNER_SCRATCH": scratch}
-    for k in ("CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "KERNELD_RUNNER_GPU_MEM_FRACTION"):
+    # SLURM_STEP_GPUS: on a Slurm node the runner's kerneld-sandbox finds its GPU's device
+    # node there (--dev-from-env), as the judge's did.
+    for k in ("CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "KERNELD_RUNNER_GPU_MEM_FRACTION", "SLURM_STEP_GPUS"):
         if k in os.environ:
             env[k] = os.environ[k]
     if os.environ.get("KERNELD_RUNNER_LAUNCHER"):

@@ -1,173 +1,222 @@
 #!/usr/bin/env bash
-# GPU check of the evaluation sandbox (issue #10), as root on the H200 (≤ 3 min).
-# Needs target/release/{kerneld,kernelctl,kerneld-sandbox} built on the CPU machine and
-# carried along. Writes $OUT/sandbox_check.json (+ logs) and prints a short table.
-#   1. kerneld-sandbox --probe
-#   2. the real daemon (GPU mode) with the runner user: version/gpus --json, and the demo
-#      goal (installed seeds, search agent) evaluated end to end by a sandboxed judge;
-#      KERNELD_RUNNER_LAUNCHER taken from that judge's environment
-#   3. python under exactly that runner policy: import torch, a CUDA matmul, a fresh Triton
-#      kernel compiled and launched, torch.compile of a small function; then a read of a
-#      root-only file, a write to /root and /tmp, a TCP connect to a 127.0.0.1 listener, an
-#      exec of /bin/sh: each must be refused.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/sandbox-check-out}; mkdir -p "$OUT"
-PY=${KERNELD_PYTHON:-/opt/torch/.venv/bin/python3}
-W=/tmp/kerneld-check; rm -rf "$W"; mkdir -p "$W/bin"; chmod 755 "$W"
-# Everything the runner user must reach lives outside any 0700 home directory.
-cp target/release/kerneld target/release/kernelctl target/release/kerneld-sandbox "$W/bin/"
-cp -r kernels "$W/kernels"; chmod -R a+rX "$W"
-id kerneld-runner >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin kerneld-runner
-SB="$W/bin/kerneld-sandbox"; CTL="$W/bin/kernelctl --socket $W/sock"
-"$SB" --probe > "$OUT/probe.json"; echo "probe: $(cat "$OUT/probe.json")"
+# Issue #24: the evaluation sandbox on a GPU machine at its strictest, through the real
+# daemon. As root, in the repository root, with release binaries in .device/bin (kerneld,
+# kernelctl, kerneld-sandbox; else $BIN, else target/release). At most BUDGET_S seconds
+# (default 225; every step is bounded, a failed step is recorded and the next one runs).
+#   a. the runner user kerneld-runner (useradd when missing)
+#   c. daemon A, GPU mode, allow_unsandboxed off: `kernelctl version` (its start-up trial),
+#      `gpus`
+#   e. on A, an llm goal (a scripted endpoint on 127.0.0.1, sandbox_check.py endpoint) and
+#      a hybrid goal on the demo task, until each has >= 2 correct, timed evaluations of
+#      code its agent wrote
+#   b. meanwhile, kerneld-sandbox directly with the runner launcher A's judge got: over
+#      probe/cuda_init.py as is (cuInit, torch, a Triton kernel), and over
+#      probe/proc_grant.py with --proc-write none / task / pid / all (threads made after the
+#      rule name themselves? again after the dentry cache is dropped), and with --no-unix
+#   d. daemon B in sandbox-only mode (KERNELD_UNSAFE_SKIP_STATIC_CHECKS=1): one goal of every
+#      `# expect-sandboxed:` hostile candidate, then the honest seed, with the checks of
+#      tests/tests/isolation.rs (sandbox_check.py hostile)
+# Writes under $OUT: steps.tsv (step, exit code, seconds), probe.json, version.json/.txt,
+# gpus.txt, launcher.json, direct_*.txt, goals.json, show_*.txt, events_A.jsonl,
+# hostile.json, events_B.jsonl, kerneld_A.log, kerneld_hostile.log, sandbox_check.json; the
+# summary (sandbox_check.py summary) is printed last.
+set -u
+T0=$(date +%s)
+BUDGET_S=${BUDGET_S:-225}
+OUT=${OUT:-/tmp/sandbox-check-out}
+mkdir -p "$OUT"
+: > "$OUT/steps.tsv"
+cd "$(dirname "$0")/../.." || exit 2
+REPO=$(pwd)
+left() { echo $((BUDGET_S - ($(date +%s) - T0))); }
+# cap C [RESERVE]: C, or what is left of the budget after RESERVE seconds (at least 5)
+cap() {
+    local c=$1 l=$(($(left) - ${2:-0}))
+    ((l < c)) && c=$l
+    ((c < 5)) && c=5
+    echo "$c"
+}
+# step NAME LIMIT CMD...: CMD bounded by LIMIT seconds; its exit code and time go to steps.tsv
+step() {
+    local name=$1 limit=$2 t rc
+    shift 2
+    t=$(date +%s%N)
+    timeout -k 5 "$limit" "$@"
+    rc=$?
+    t=$((($(date +%s%N) - t) / 1000000))
+    printf '%s\t%s\t%d.%03d\n' "$name" "$rc" $((t / 1000)) $((t % 1000)) >> "$OUT/steps.tsv"
+    return $rc
+}
+say() { echo "== [+$(($(date +%s) - T0))s] $*"; }
 
-cat > "$W/kerneld.toml" <<TOML
-python = "$PY"
-scratch_dir = "$W/scratch"
-eval_timeout = "5m"
-TOML
-KD_SECRET_KEY=kd-secret-token-$$ "$W/bin/kerneld" --config "$W/kerneld.toml" --state-dir "$W/state" \
-    --socket "$W/sock" --kernels "$W/kernels" > "$OUT/kerneld.log" 2>&1 &
-KD=$!
-for _ in $(seq 100); do $CTL version >/dev/null 2>&1 && break; sleep 0.2; done
-$CTL version --json > "$OUT/version.json"; $CTL gpus > "$OUT/gpus.txt"; $CTL gpus --json > "$OUT/gpus.json"
-cat "$OUT/gpus.txt"
-printf 'name = "demo-check"\ntask = "demo"\n[budget]\niterations = 2\n[agent]\nkind = "search"\n' > "$W/demo.toml"
-GOAL=$($CTL enqueue "$W/demo.toml")
-JUDGE=""
-for _ in $(seq 450); do
-    [ -z "$JUDGE" ] && JUDGE=$(pgrep -P $KD | head -1)
-    st=$($CTL status --json 2>/dev/null | "$PY" -c 'import json,sys; print(json.load(sys.stdin)[0]["state"])' 2>/dev/null)
-    [ "$st" = completed ] || [ "$st" = failed ] && break; sleep 0.4
+BIN=${BIN:-}
+for d in "$BIN" .device/bin target/release; do
+    [ -n "$d" ] && [ -x "$d/kerneld" ] && [ -x "$d/kernelctl" ] && [ -x "$d/kerneld-sandbox" ] && { BIN=$d; break; }
 done
-$CTL show "$GOAL" --json > "$OUT/demo_goal.json" 2>&1
-$CTL events --json > "$OUT/events.json" 2>&1
-LAUNCHER=""; JUDGE_UID=""
-if [ -n "$JUDGE" ] && [ -r /proc/$JUDGE/environ ]; then
-    LAUNCHER=$(tr '\0' '\n' < /proc/$JUDGE/environ | sed -n 's/^KERNELD_RUNNER_LAUNCHER=//p')
-    JUDGE_UID=$(awk '/^Uid:/{print $2}' /proc/$JUDGE/status)
-    tr '\0' '\n' < /proc/$JUDGE/environ | cut -d= -f1 > "$OUT/judge_env_names.txt"
-fi
-echo "$LAUNCHER" > "$OUT/runner_launcher.json"
+PY=${KERNELD_PYTHON:-}
+[ -z "$PY" ] && { [ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3 || PY=$(command -v python3); }
+W=/tmp/kdsbx-check
+say "binaries $BIN, python $PY, work $W, budget ${BUDGET_S}s"
+# Everything the runner user must reach lives outside any 0700 home directory.
+rm -rf "$W"
+mkdir -p "$W/bin" "$W/direct"
+cp "$BIN/kerneld" "$BIN/kernelctl" "$BIN/kerneld-sandbox" "$W/bin/" || say "copying the binaries failed"
+cp -r kernels "$W/kernels"
+chmod -R a+rX "$W"
+SB=$W/bin/kerneld-sandbox
+UUID=$(nvidia-smi --query-gpu=uuid --format=csv,noheader 2>/dev/null | head -1)
+{ uname -a; nvidia-smi --query-gpu=name,driver_version,persistence_mode --format=csv 2>&1; } > "$OUT/machine.txt"
+sha256sum "$W"/bin/* >> "$OUT/machine.txt" 2>&1
+TOKHEX=$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; }
+trap cleanup EXIT
 
-# 3. the runner policy, by hand, as the judge would start a runner
-SCR="$W/scratch/check-runner"; mkdir -p "$SCR"; chown kerneld-runner: "$SCR"; chmod 700 "$SCR"
-echo "kd-root-only-$$" > /root/kerneld-check-secret; chmod 600 /root/kerneld-check-secret
-"$PY" - "$SCR" > "$W/listener.port" <<'PYL' &
-import socket, sys, time
-s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(5); print(s.getsockname()[1], flush=True)
-s.settimeout(170)
-try:
-    c, _ = s.accept(); open(sys.argv[1] + "/../LISTENER_ACCEPTED", "w").write("yes")
-except OSError:
-    pass
-PYL
-LPID=$!; sleep 1; PORT=$(cat "$W/listener.port")
-cat > "$SCR/check.py" <<'PYC'
-import json, os, socket, subprocess, sys, time
-r = {}
-def step(name, f):
-    t = time.time()
-    try:
-        v = f(); r[name] = {"ok": True, "value": v, "s": round(time.time() - t, 2)}
-    except BaseException as e:
-        r[name] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:300], "s": round(time.time() - t, 2)}
-import torch, triton, triton.language as tl
-def matmul():
-    a = torch.randn(2048, 2048, device="cuda"); b = torch.randn(2048, 2048, device="cuda")
-    c = a @ b; torch.cuda.synchronize(); return float((c - a.double().matmul(b.double()).float()).abs().max())
-step("cuda_matmul", matmul)
-def triton_fresh():
-    @triton.jit
-    def k(x_ptr, y_ptr, n, SCALE: tl.constexpr, BLOCK: tl.constexpr):
-        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(y_ptr + i, tl.load(x_ptr + i, mask=i < n) * SCALE, mask=i < n)
-    x = torch.randn(10000, device="cuda"); y = torch.empty_like(x)
-    k[(triton.cdiv(10000, 256),)](x, y, 10000, SCALE=float(os.getpid() % 97 + 1), BLOCK=256)
-    torch.cuda.synchronize(); return bool(torch.allclose(y, x * (os.getpid() % 97 + 1)))
-step("triton_compile_launch", triton_fresh)
-def compiled():
-    f = torch.compile(lambda x: torch.sin(x) * 2 + x.cos())
-    x = torch.randn(4096, device="cuda"); return bool(torch.allclose(f(x), torch.sin(x) * 2 + x.cos(), atol=1e-5))
-step("torch_compile", compiled)
-step("read_root_only", lambda: open("/root/kerneld-check-secret").read())
-step("read_etc_hostname", lambda: open("/etc/hostname").read())
-step("write_root", lambda: open("/root/kerneld-check-write", "w").write("x"))
-step("write_tmp", lambda: open("/tmp/kerneld-check-write", "w").write("x"))
-step("tcp_connect", lambda: socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5) and "connected")
-step("udp_socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM) and "made")
-step("exec_sh", lambda: subprocess.run(["/bin/sh", "-c", "id"], capture_output=True).stdout.decode())
-step("uid", lambda: os.getuid())
-step("env_names", lambda: sorted(os.environ))
-print(json.dumps(r))
-PYC
-chmod 644 "$SCR/check.py"
-RUNNER_ENV=(--env PATH=/usr/bin:/bin --env PYTHONDONTWRITEBYTECODE=1 --env HOME=$SCR --env TMPDIR=$SCR
-            --env TRITON_CACHE_DIR=$SCR/triton --env TORCHINDUCTOR_CACHE_DIR=$SCR/inductor
-            --env CUDA_CACHE_PATH=$SCR/nv --env XDG_CACHE_HOME=$SCR/cache
-            --env CUDA_VISIBLE_DEVICES=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1))
-if [ -n "$LAUNCHER" ]; then
-    mapfile -t L < <("$PY" -c 'import json,sys; print("\n".join(json.loads(sys.argv[1])))' "$LAUNCHER")
-else
-    echo "no launcher from the judge: using the probe's defaults"; L=("$SB" --no-net --ro /usr --exec "$PY")
+say "a. the runner user"
+if ! id kerneld-runner > /dev/null 2>&1; then
+    step useradd 20 useradd --system --no-create-home --shell /usr/sbin/nologin kerneld-runner
 fi
-( cd "$SCR" && timeout 150 "${L[@]}" --rw "$SCR" "${RUNNER_ENV[@]}" -- "$PY" -u "$SCR/check.py" "$PORT" \
-    > "$OUT/runner_check.json" 2> "$OUT/runner_check.stderr" ); echo "runner rc=$?"
-kill $LPID 2>/dev/null; kill $KD 2>/dev/null; wait $KD 2>/dev/null
-ls "$W/scratch" > /dev/null
-"$PY" - "$OUT" "$W" <<'PYS'
-import json, os, sys
-out, w = sys.argv[1], sys.argv[2]
-def load(p, default=None):
-    try:
-        return json.load(open(os.path.join(out, p)))
-    except Exception as e:
-        return default if default is not None else {"unreadable": str(e)}
-runner = load("runner_check.json")
-version = load("version.json")
-goal = load("demo_goal.json")
-def events():
-    text = open(os.path.join(out, "events.json")).read()
-    try:
-        v = json.loads(text); return v if isinstance(v, list) else [v]
-    except ValueError:  # one object per line
-        return [json.loads(l) for l in text.splitlines() if l.strip().startswith("{")]
-try:
-    evs = events()
-except Exception:
-    evs = []
-classes = [(e.get("result") or {}).get("class") for e in evs
-           if isinstance(e, dict) and e.get("type") == "evaluation_finished"]
-def refused(k):
-    v = runner.get(k, {}); return (not v.get("ok", True)) and ("Permission" in v.get("error", "") or "Operation not permitted" in v.get("error", ""))
-summary = {
-    "probe": load("probe.json"),
-    "sandbox": version.get("daemon", {}).get("sandbox"),
-    "demo_goal_classes": classes,
-    "runner_launcher": open(os.path.join(out, "runner_launcher.json")).read().strip(),
-    "runner": runner,
-    "listener_accepted": os.path.exists(os.path.join(w, "scratch", "LISTENER_ACCEPTED")),
-    "root_write_landed": os.path.exists("/root/kerneld-check-write"),
-    "tmp_write_landed": os.path.exists("/tmp/kerneld-check-write"),
+id kerneld-runner > "$OUT/runner_user.txt" 2>&1
+step probe 10 "$SB" --probe > "$OUT/probe.json" 2>&1
+
+# start_daemon TAG [ENV=V...]: a daemon on $W/TAG (its config holds a token the hostile
+# suite must never see leak); sets DPID, CTL.
+start_daemon() {
+    local tag=$1 d=$W/$1
+    shift
+    mkdir -p "$d"
+    {
+        echo "# KDTOKEN-config-$TOKHEX"
+        echo "python = \"$PY\""
+        echo 'eval_timeout = "5m"'
+        echo 'worker_start_timeout = "3m"'
+        [ -n "$UUID" ] && echo "gpus = [\"$UUID\"]"
+        [ -n "${EXTRA_TOML:-}" ] && echo "$EXTRA_TOML"
+    } > "$d/kerneld.toml"
+    chmod 600 "$d/kerneld.toml"
+    env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+        ${LD_LIBRARY_PATH:+LD_LIBRARY_PATH=$LD_LIBRARY_PATH} KERNELD_LOG=info "$@" \
+        "$W/bin/kerneld" --config "$d/kerneld.toml" --state-dir "$d/state" --socket "$d/sock" \
+        --kernels "$W/kernels" > "$OUT/kerneld_$tag.log" 2>&1 &
+    DPID=$!
+    PIDS+=("$DPID")
+    CTL=("$W/bin/kernelctl" --socket "$d/sock")
+    for _ in $(seq 100); do "${CTL[@]}" status > /dev/null 2>&1 && break; sleep 0.3; done
 }
-checks = {
-    "cuda_matmul": runner.get("cuda_matmul", {}).get("ok", False),
-    "triton_compile_launch": runner.get("triton_compile_launch", {}).get("value") is True,
-    "torch_compile": runner.get("torch_compile", {}).get("value") is True,
-    "read_root_only_refused": refused("read_root_only"),
-    "write_root_refused": refused("write_root") and not summary["root_write_landed"],
-    "write_tmp_refused": refused("write_tmp") and not summary["tmp_write_landed"],
-    "tcp_refused": refused("tcp_connect") and not summary["listener_accepted"],
-    "udp_refused": refused("udp_socket"),
-    "exec_sh_refused": refused("exec_sh"),
-    "runner_not_root": runner.get("uid", {}).get("value") not in (0, None),
-    "sandbox_complete": bool((summary["sandbox"] or {}).get("complete")),
-    "demo_goal_ok": bool(classes) and all(c == "ok" for c in classes),
+stop_daemon() {
+    kill "$DPID" 2>/dev/null
+    for _ in $(seq 40); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$DPID" 2>/dev/null
+    wait "$DPID" 2>/dev/null
 }
-summary["checks"] = checks
-json.dump(summary, open(os.path.join(out, "sandbox_check.json"), "w"), indent=1)
-for k, v in checks.items():
-    print(f"{k:26s} {'PASS' if v else 'FAIL'}")
-PYS
-rm -f /root/kerneld-check-secret /root/kerneld-check-write /tmp/kerneld-check-write
+
+say "c. daemon A (GPU mode, allow_unsandboxed off): its start-up trial, version"
+"$PY" scripts/gpu/sandbox_check.py endpoint "$W/port" "$W/kernels/demo/seeds/tiled.py" > "$OUT/endpoint.log" 2>&1 &
+PIDS+=($!)
+# A_TOML: extra kerneld.toml lines for daemon A (a CPU dry run where the runner user cannot
+# reach the Python: `allow_unsandboxed = true`); never on the GPU machine.
+EXTRA_TOML=${A_TOML:-} start_daemon A
+# `version` waits for the sandbox trial (CUDA in a judge and its runner).
+step version 120 "${CTL[@]}" --json version > "$OUT/version.json" 2>&1
+"${CTL[@]}" version > "$OUT/version.txt" 2>&1
+"${CTL[@]}" gpus > "$OUT/gpus.txt" 2>&1
+cat "$OUT/version.txt"
+COMPLETE=$("$PY" -c 'import json,sys; v=json.load(open(sys.argv[1])); print(1 if (v.get("daemon") or v)["sandbox"]["complete"] else 0)' "$OUT/version.json" 2>/dev/null || echo 0)
+
+say "e. an llm and a hybrid goal on daemon A"
+for _ in $(seq 50); do [ -s "$W/port" ] && break; sleep 0.1; done
+URL="http://127.0.0.1:$(cat "$W/port" 2>/dev/null)/v1"
+mkdir -p "$W/goals" && chmod 755 "$W/goals"
+printf 'name = "sbx-llm"\ntask = "demo"\n[budget]\niterations = 4\n[agent]\nkind = "llm"\nurl = "%s"\nmodel = "scripted"\n' "$URL" > "$W/goals/llm.toml"
+printf 'name = "sbx-hybrid"\ntask = "demo"\n[budget]\niterations = 4\n[agent]\nkind = "hybrid"\nproposer = "llm"\ntune_evaluations = 2\nurl = "%s"\nmodel = "scripted"\n' "$URL" > "$W/goals/hybrid.toml"
+LLM_GOAL=$("${CTL[@]}" enqueue "$W/goals/llm.toml" 2> "$OUT/enqueue_llm.err")
+HYBRID_GOAL=$("${CTL[@]}" enqueue "$W/goals/hybrid.toml" 2> "$OUT/enqueue_hybrid.err")
+export LLM_GOAL HYBRID_GOAL
+echo "llm goal: ${LLM_GOAL:-refused: $(cat "$OUT/enqueue_llm.err")}"
+echo "hybrid goal: ${HYBRID_GOAL:-refused: $(cat "$OUT/enqueue_hybrid.err")}"
+
+say "b. kerneld-sandbox directly, with the runner launcher A's judge got"
+JUDGE=""
+for _ in $(seq 120); do
+    JUDGE=$(pgrep -P "$DPID" | head -1)
+    [ -n "$JUDGE" ] && grep -q KERNELD_RUNNER_LAUNCHER "/proc/$JUDGE/environ" 2>/dev/null && break
+    JUDGE=""
+    sleep 0.5
+done
+LAUNCHER=""
+[ -n "$JUDGE" ] && LAUNCHER=$(tr '\0' '\n' < "/proc/$JUDGE/environ" | sed -n 's/^KERNELD_RUNNER_LAUNCHER=//p')
+echo "$LAUNCHER" > "$OUT/launcher.json"
+LIBCUDA=$(tr '\0' '\n' < "/proc/$JUDGE/environ" 2>/dev/null | sed -n 's/^TRITON_LIBCUDA_PATH=//p')
+# The uid the launcher switches to owns the runner's scratch (no --uid: this uid, as root
+# without capabilities: a directory of another uid's would be closed to it).
+RUID=$("$PY" -c 'import json,sys; a=json.loads(sys.argv[1]); print(a[a.index("--uid")+1] if "--uid" in a else 0)' "$LAUNCHER" 2>/dev/null || echo 0)
+# direct NAME LIMIT PROC_WRITE EXTRA_FLAG SCRIPT ARGS...: the launcher with its
+# --proc-write replaced (- keeps it), over SCRIPT in a scratch of the runner user's, for at
+# most LIMIT seconds; output in direct_NAME.txt.
+direct() {
+    local name=$1 limit=$2 pw=$3 extra=$4 script=$5 s=$W/direct/$1 rc
+    shift 5
+    mkdir -p "$s"
+    cp scripts/gpu/probe/cuda_init.py scripts/gpu/probe/proc_grant.py "$s/"
+    chown -R "$RUID" "$s"
+    chmod 700 "$s"
+    local -a L
+    # The launcher's own arguments, less its --proc-write when the variant names one.
+    mapfile -t L < <("$PY" -c '
+import json, sys
+argv, keep, out, skip = json.loads(sys.argv[1]), sys.argv[2] == "-", [], False
+for a in argv:
+    if skip:
+        skip = False
+    elif a == "--proc-write" and not keep:
+        skip = True
+    else:
+        out.append(a)
+print("\n".join(out))' "$LAUNCHER" "$pw" 2>/dev/null)
+    [ "${#L[@]}" -eq 0 ] && L=("$SB" --no-net --no-connect)
+    [ "$pw" != "-" ] && L+=(--proc-write "$pw")
+    [ -n "$extra" ] && L+=("$extra")
+    {
+        echo "\$ ${L[*]} --rw $s ... -- $PY $script $*"
+        step "direct_$name" "$(cap "$limit" 100)" "${L[@]}" --rw "$s" --env PATH=/usr/bin:/bin \
+            --env HOME="$s" --env TMPDIR="$s" --env TRITON_CACHE_DIR="$s/triton" \
+            --env CUDA_CACHE_PATH="$s/nv" --env XDG_CACHE_HOME="$s/cache" \
+            --env PYTHONDONTWRITEBYTECODE=1 --env CUDA_VISIBLE_DEVICES="$UUID" \
+            ${LIBCUDA:+--env TRITON_LIBCUDA_PATH=$LIBCUDA} -- "$PY" "$s/$script" "$@" 2>&1
+        rc=$?
+        echo "rc=$rc"
+    } > "$OUT/direct_$name.txt"
+    grep -v '^\$ ' "$OUT/direct_$name.txt" | tail -3 | sed "s/^/  $name: /"
+}
+if [ -n "$UUID" ]; then
+    direct strict 60 - "" cuda_init.py
+    direct proc-none 25 none "" proc_grant.py
+    # The kernel's dentry cache dropped between the two rounds of new threads.
+    (sleep 8; echo 2 > /proc/sys/vm/drop_caches; echo go) | direct proc-task 40 task "" proc_grant.py --drop --cuda
+    direct proc-pid 25 pid "" proc_grant.py
+    direct proc-all 25 all "" proc_grant.py
+    direct no-unix 25 task --no-unix proc_grant.py
+else
+    say "no GPU (nvidia-smi): the direct CUDA runs are skipped"
+fi
+
+say "e. waiting for >= 2 correct, timed evaluations of agent-written code in each goal"
+step wait_goals "$(cap 100 95)" "$PY" scripts/gpu/sandbox_check.py wait "$OUT/goals.json" \
+    "$(($(date +%s) + $(cap 95 95)))" "${CTL[@]}" -- ${LLM_GOAL:-} ${HYBRID_GOAL:-}
+for g in ${LLM_GOAL:-} ${HYBRID_GOAL:-}; do "${CTL[@]}" show "$g" > "$OUT/show_$g.txt" 2>&1; done
+"${CTL[@]}" --json events > "$OUT/events_A.jsonl" 2>&1
+stop_daemon
+
+say "d. daemon B, sandbox-only mode: the hostile suite"
+# A sandbox found incomplete still gets its attacks run (and says so in the summary).
+EXTRA_TOML=""
+[ "$COMPLETE" = 1 ] || EXTRA_TOML="allow_unsandboxed = true"
+start_daemon hostile KERNELD_UNSAFE_SKIP_STATIC_CHECKS=1 KD_HOSTILE_API_KEY="KDTOKEN-env-$TOKHEX"
+step version_B 120 "${CTL[@]}" --json version > "$OUT/version_hostile.json" 2>&1
+step hostile "$(cap 150 8)" "$PY" scripts/gpu/sandbox_check.py hostile "$OUT/hostile.json" \
+    "$(($(date +%s) + $(cap 140 12)))" "$W/hostile/sock" "$W/hostile/state" "$W/hostile/state.scratch" \
+    "$W/hostile/kerneld.toml" "KDTOKEN-env-$TOKHEX" "${CTL[@]}"
+"${CTL[@]}" --json events > "$OUT/events_B.jsonl" 2>&1
+stop_daemon
+
+"$PY" scripts/gpu/sandbox_check.py summary "$OUT"

@@ -4,290 +4,26 @@
 //! what must come of it (`# expect: class=.. rule=..` or `# expect: no-effect`); after
 //! each, the global checks of docs/PROCESS_MODEL.md: no token of the daemon's user (a
 //! root-only file, an environment variable, the config file) appears anywhere a user or
-//! the log can see, no file appeared outside scratch, the local listener accepted
-//! nothing, and the honest seed gets the class it gets in a fresh daemon.
+//! the log can see, no file appeared outside scratch, the local TCP listener and the
+//! unix sockets of "another service" (named stream and datagram, abstract) got nothing,
+//! a file in another slot's scratch stayed unread, and the honest seed gets the class it
+//! gets in a fresh daemon.
 //! Also: a `command` agent's environment, the refusal of code-writing goals while the
 //! sandbox is incomplete, and (root, where the runner user can run the harness's
 //! Python) that a seed an unprivileged user sends runs as `kerneld-runner`.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::TcpListener;
+use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use kerneld::wire::{self, Event, EventKind, ResultClass};
+use kerneld::wire::{self, EventKind, ResultClass};
 use kerneld_e2e::*;
 use serde_json::{json, Value};
 
-/// Left by a hostile candidate's attack when it worked (in its error message).
-const SUCCESS_MARK: &str = "HOSTILE-SUCCEEDED";
-/// Files the write attacks aim at outside the test directory.
-const OUTSIDE: &[&str] = &[
-    "/tmp/kerneld-hostile-write",
-    "/var/tmp/kerneld-hostile-write",
-    "/root/kerneld-hostile-write",
-];
-
-#[derive(Debug, Clone, PartialEq)]
-enum Expect {
-    NoEffect,
-    Verdict { class: String, rule: String },
-}
-
-struct Hostile {
-    name: String,
-    what: String,
-    text: String,
-    expect: Expect,
-    /// `# expect-sandboxed:`: the verdict with the static rules skipped, so that the
-    /// attack really runs and only the operating system stands in its way.
-    sandboxed: Option<Expect>,
-}
-
-fn parse_expect(v: &str, path: &Path) -> Expect {
-    match v {
-        "no-effect" => Expect::NoEffect,
-        v => {
-            let kv: BTreeMap<&str, &str> = v
-                .split_whitespace()
-                .filter_map(|p| p.split_once('='))
-                .collect();
-            Expect::Verdict {
-                class: kv
-                    .get("class")
-                    .unwrap_or_else(|| panic!("{}: expect without class", path.display()))
-                    .to_string(),
-                rule: kv.get("rule").map(|r| r.to_string()).unwrap_or_default(),
-            }
-        }
-    }
-}
-
-/// Every file of the shared hostile directory, with its header parsed.
-fn hostile_files() -> Vec<Hostile> {
-    let dir = repo_root().join("kernels/harness/tests/hostile");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "py"))
-        .collect();
-    files.sort();
-    files
-        .into_iter()
-        .map(|path| {
-            let text = std::fs::read_to_string(&path).unwrap();
-            let header = |key: &str| {
-                text.lines()
-                    .take(6)
-                    .find_map(|l| l.strip_prefix(&format!("# {key}:")))
-                    .map(|v| v.trim().to_string())
-            };
-            let field = |key: &str| {
-                header(key).unwrap_or_else(|| {
-                    panic!("{}: no `# {key}:` line in its header", path.display())
-                })
-            };
-            Hostile {
-                name: path.file_name().unwrap().to_string_lossy().into_owned(),
-                what: field("hostile"),
-                expect: parse_expect(&field("expect"), &path),
-                sandboxed: header("expect-sandboxed").map(|v| parse_expect(&v, &path)),
-                text,
-            }
-        })
-        .collect()
-}
-
-/// What the daemon's user has that candidates must never see, and where they must not write.
-struct World {
-    dir: TempDir,
-    secret_file: PathBuf,
-    marker: PathBuf,
-    config: PathBuf,
-    env_name: String,
-    tokens: Vec<String>,
-    listener: TcpListener,
-}
-
-fn token(tag: &str) -> String {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    format!("KDTOKEN-{tag}-{:x}{:x}", t.as_nanos(), std::process::id())
-}
-
-impl World {
-    fn new(tag: &str) -> World {
-        let dir = TempDir::new(tag);
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let secret_file = dir.path().join("secret.txt");
-        let file_token = token("file");
-        std::fs::write(&secret_file, format!("{file_token}\n")).unwrap();
-        std::fs::set_permissions(&secret_file, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let marker = dir.path().join("marker");
-        std::fs::create_dir_all(&marker).unwrap();
-        std::fs::write(marker.join("keep"), "keep").unwrap();
-        let config_token = token("config");
-        let config = dir.path().join("kerneld.toml");
-        std::fs::write(
-            &config,
-            format!("# {config_token}\nworker_max_files = 4096\n"),
-        )
-        .unwrap();
-        std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        World {
-            dir,
-            secret_file,
-            marker,
-            config,
-            env_name: "KD_HOSTILE_API_KEY".into(),
-            tokens: vec![file_token, config_token, token("env")],
-            listener,
-        }
-    }
-
-    fn env_token(&self) -> &str {
-        &self.tokens[2]
-    }
-
-    fn start(&self) -> Daemon {
-        self.start_env(&[])
-    }
-
-    /// Starts the daemon with the secret in its environment, and `env` on top.
-    fn start_env(&self, env: &[(&str, &str)]) -> Daemon {
-        let args = [
-            "--config",
-            self.config.to_str().unwrap(),
-            "--eval-timeout",
-            "120s",
-        ];
-        let mut all = vec![
-            (self.env_name.as_str(), self.env_token()),
-            // The workers' stderr reaches the daemon's log: a leak there counts too.
-            ("KERNELD_LOG", "info,worker=debug"),
-        ];
-        all.extend_from_slice(env);
-        Daemon::start_env(self.dir.path(), &args, &all)
-    }
-
-    fn substitute(&self, text: &str, state_dir: &Path) -> String {
-        text.replace("@@SECRET_FILE@@", self.secret_file.to_str().unwrap())
-            .replace("@@SECRET_ENV@@", &self.env_name)
-            .replace("@@MARKER_DIR@@", self.marker.to_str().unwrap())
-            .replace("@@STATE_DIR@@", state_dir.to_str().unwrap())
-            .replace(
-                "@@TCP_PORT@@",
-                &self.listener.local_addr().unwrap().port().to_string(),
-            )
-    }
-
-    /// A goal on the installed demo task whose seeds (sent with it) are `seeds`.
-    fn goal(&self, name: &str, seeds: &[(&str, String)]) -> PathBuf {
-        let sub = self.dir.path().join(name);
-        std::fs::create_dir_all(&sub).unwrap();
-        for (file, text) in seeds {
-            std::fs::write(sub.join(file), text).unwrap();
-        }
-        let list: Vec<String> = seeds.iter().map(|(f, _)| format!("\"{f}\"")).collect();
-        let path = sub.join("goal.toml");
-        std::fs::write(
-            &path,
-            format!(
-                "name = \"{name}\"\ntask = \"demo\"\nseed = [{}]\n[budget]\niterations = {}\n",
-                list.join(", "),
-                seeds.len()
-            ),
-        )
-        .unwrap();
-        path
-    }
-}
-
-fn honest_seed() -> String {
-    std::fs::read_to_string(repo_root().join("kernels/demo/seeds/tiled.py")).unwrap()
-}
-
-/// Each seed's verdict in a finished goal: (class, rule, message).
-fn verdicts(events: &[Event], goal: &str) -> BTreeMap<String, (String, String, String)> {
-    let mut seed_of = BTreeMap::new();
-    let mut out = BTreeMap::new();
-    for e in events.iter().filter(|e| e.goal.as_deref() == Some(goal)) {
-        match &e.kind {
-            EventKind::SeedDescribed {
-                seed,
-                rejected: Some(why),
-                ..
-            } => {
-                // `rejected [rule] ...`: the static checks refused it before any import.
-                let rule = why
-                    .split_once('[')
-                    .and_then(|(_, r)| r.split_once(']'))
-                    .map_or(String::new(), |(r, _)| r.to_string());
-                out.insert(seed.clone(), ("rejected".into(), rule, why.clone()));
-            }
-            EventKind::CandidateProposed {
-                candidate, seed, ..
-            } => {
-                seed_of.insert(candidate.clone(), seed.clone());
-            }
-            EventKind::EvaluationFinished {
-                candidate, result, ..
-            } => {
-                if let Some(seed) = seed_of.get(candidate) {
-                    out.insert(
-                        seed.clone(),
-                        (
-                            result.class.as_str().to_string(),
-                            result.rule.clone().unwrap_or_default(),
-                            result.message.clone().unwrap_or_default(),
-                        ),
-                    );
-                }
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
-/// Files under `dir`, relative, recursively.
-fn tree(dir: &Path) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            out.insert(p.strip_prefix(dir).unwrap().display().to_string());
-            if p.is_dir() && !p.is_symlink() {
-                stack.push(p);
-            }
-        }
-    }
-    out
-}
-
-/// Everything a user or an administrator can see of a goal, and the daemon's log.
-fn visible(d: &Daemon, goal: &str) -> String {
-    let mut all = serde_json::to_string(&d.events(0)).unwrap();
-    for args in [
-        vec!["show", goal],
-        vec!["events", "--goal", goal],
-        vec!["best", goal],
-        vec!["status"],
-    ] {
-        let o = kernelctl(&d.socket, &args);
-        all.push_str(&String::from_utf8_lossy(&o.stdout));
-        all.push_str(&String::from_utf8_lossy(&o.stderr));
-    }
-    all.push_str(&d.log_text());
-    all
-}
+mod hostile_world;
+use hostile_world::*;
 
 fn landlock_abi() -> i64 {
     sandbox_probe()["landlock_abi"].as_i64().unwrap_or(0)
@@ -329,8 +65,9 @@ fn every_hostile_candidate_is_refused_or_has_no_effect() {
 
 /// One daemon over `hostiles`, each followed by the honest seed; the failures, with the log.
 fn suite(tag: &str, env: &[(&str, &str)], hostiles: &[(&Hostile, &Expect)]) -> Vec<String> {
-    let world = World::new(tag);
+    let mut world = World::new(tag);
     let d = world.start_env(env);
+    world.plant_other_slot(&d);
     let version = d.call(wire::method::VERSION, json!({}));
     let restricts = version["sandbox"]["restricts"].to_string();
     assert!(
@@ -348,7 +85,7 @@ fn suite(tag: &str, env: &[(&str, &str)], hostiles: &[(&Hostile, &Expect)]) -> V
     let mut failures = Vec::new();
     for (h, expect) in hostiles {
         let stem = h.name.trim_end_matches(".py").replace('_', "-");
-        let text = world.substitute(&h.text, &d.state_dir);
+        let text = world.substitute(&h.text, &d);
         let id = enqueue(
             &d,
             &world.goal(
@@ -409,6 +146,18 @@ fn suite(tag: &str, env: &[(&str, &str)], hostiles: &[(&Hostile, &Expect)]) -> V
         }
         if world.listener.accept().is_ok() {
             fail("the 127.0.0.1 listener accepted a connection".into());
+        }
+        for what in world.unix_reached() {
+            fail(what.into());
+        }
+        for pid in survivors() {
+            fail(format!(
+                "a process it started outlived its runner (pid {pid})"
+            ));
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
     if !failures.is_empty() {

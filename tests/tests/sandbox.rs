@@ -5,79 +5,14 @@
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
-use kerneld::sandbox::policy::python_dirs;
 use kerneld_e2e::*;
 use serde_json::Value;
 
-/// What any program needs: libraries readable, the loader executable.
-fn base_args() -> Vec<String> {
-    let mut a = Vec::new();
-    for p in ["/usr", "/lib", "/lib64", "/etc/ld.so.cache"] {
-        if Path::new(p).exists() {
-            a.extend(["--ro".to_string(), p.to_string()]);
-        }
-    }
-    for l in ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"] {
-        if let Ok(real) = std::fs::canonicalize(l) {
-            a.extend(["--exec".to_string(), real.display().to_string()]);
-        }
-    }
-    a
-}
-
-/// The above plus the test Python's installation.
-fn python_args() -> Vec<String> {
-    let mut a = base_args();
-    let (ro, exec) = python_dirs(&python());
-    for p in ro {
-        a.extend(["--ro".to_string(), p.display().to_string()]);
-    }
-    for p in exec {
-        a.extend(["--exec".to_string(), p.display().to_string()]);
-    }
-    a
-}
-
-fn run(args: &[String], program: &[&str]) -> Output {
-    Command::new(binary("kerneld-sandbox"))
-        .args(args)
-        .arg("--")
-        .args(program)
-        .output()
-        .expect("run kerneld-sandbox")
-}
-
-/// Runs Python code in the sandbox with extra options; returns (status, stdout, stderr).
-fn py(extra: &[String], code: &str) -> (i32, String, String) {
-    let mut args = python_args();
-    args.extend(extra.iter().cloned());
-    let py = python();
-    let o = run(&args, &[py.to_str().unwrap(), "-c", code]);
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
-fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
-
-fn landlock_here() -> bool {
-    let v = sandbox_probe();
-    if v["landlock_abi"].as_i64().unwrap_or(0) < 6 {
-        eprintln!(
-            "skipped: this kernel has Landlock ABI {} (6 needed)",
-            v["landlock_abi"]
-        );
-        return false;
-    }
-    true
-}
+mod sbx;
+use sbx::*;
 
 #[test]
 fn probe_prints_what_the_kernel_supports() {
@@ -546,7 +481,7 @@ fn a_uid_switch_it_cannot_make_is_refused_not_ignored() {
 
 #[test]
 fn the_judge_policy_runs_python_and_the_c_compiler_triton_uses_for_its_launcher() {
-    use kerneld::sandbox::policy::{Policy, PolicyInputs};
+    use kerneld::sandbox::policy::{GpuNodes, Policy, PolicyInputs};
     if !landlock_here() || !Path::new("/usr/bin/cc").exists() {
         eprintln!("skipped: no Landlock or no cc");
         return;
@@ -560,7 +495,7 @@ fn the_judge_policy_runs_python_and_the_c_compiler_triton_uses_for_its_launcher(
         kernels_dir: repo_root().join("kernels"),
         scratch: scratch.clone(),
         inbox: dir.path().join("inbox"),
-        gpu_minor: None,
+        gpu: GpuNodes::None,
         run_as: None,
         max_files: 4096,
         max_procs: 4096,
@@ -568,7 +503,7 @@ fn the_judge_policy_runs_python_and_the_c_compiler_triton_uses_for_its_launcher(
         extra_ro: vec![],
         extra_exec: vec![],
         forbidden: vec![dir.path().join("state")],
-        no_unix: true,
+        no_connect: true,
         best_effort: false,
     })
     .unwrap();

@@ -297,3 +297,97 @@ fn a_pending_job_is_logged_and_cancelled_once_not_needed() {
     assert_dense(&d.events(0));
     assert!(d.stop().success());
 }
+
+/// Issue #24: a GPU Slurm slot's sandbox on the node. The policy of a Slurm GPU (what the
+/// daemon gives a `slurm-N` slot) runs under the job's `srun`: kerneld-sandbox finds the
+/// step's GPU in `SLURM_STEP_GPUS` and opens its node only, and passes Slurm's
+/// CUDA_VISIBLE_DEVICES on. The test cluster's GPUs are stand-ins named
+/// /dev/kerneld-fake-gpuN (/dev/null's numbers), so the node prefix is theirs here.
+#[test]
+fn a_slurm_steps_gpu_is_the_only_one_its_sandbox_opens() {
+    use kerneld::sandbox::policy::{GpuNodes, Policy, PolicyInputs};
+    let Some(_guard) = cluster() else { return };
+    if sandbox_probe()["landlock_abi"].as_i64().unwrap_or(0) < 6 {
+        eprintln!("skipped: no Landlock ABI >= 6");
+        return;
+    }
+    let dir = TempDir::new("slurm-gpu-sbx");
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let policy = Policy::build(&PolicyInputs {
+        sandbox_bin: binary("kerneld-sandbox"),
+        python: python(),
+        kernels_dir: repo_root().join("kernels"),
+        scratch: scratch.clone(),
+        inbox: scratch.clone(),
+        gpu: GpuNodes::Slurm,
+        run_as: None,
+        max_files: 4096,
+        max_procs: 4096,
+        max_address_space: 0,
+        extra_ro: vec![],
+        extra_exec: vec![],
+        forbidden: vec![dir.path().join("state")],
+        no_connect: true,
+        best_effort: false,
+    })
+    .unwrap();
+    let mut runner = policy.runner;
+    assert_eq!(
+        runner.dev_from_env,
+        vec![("SLURM_STEP_GPUS".into(), "/dev/nvidia".into())]
+    );
+    runner.dev_from_env[0].1 = "/dev/kerneld-fake-gpu".into();
+    // No NVIDIA driver on the test machine.
+    runner.dev.retain(|d| d.exists());
+    runner.rw.push(scratch.clone());
+    let code = r#"
+import os
+mine = os.environ.get("SLURM_STEP_GPUS")
+for n in range(64):  # (listing /dev is not granted; stat is)
+    if not os.path.exists("/dev/kerneld-fake-gpu%d" % n):
+        continue
+    try:
+        os.close(os.open("/dev/kerneld-fake-gpu%d" % n, os.O_WRONLY)); print(n, "ok")
+    except OSError as e:
+        print(n, "denied", e.errno)
+print("step", mine, "visible", os.environ.get("CUDA_VISIBLE_DEVICES"))
+"#;
+    let c = test_cluster(dir.path(), 1);
+    let rt = runtime();
+    let job = rt.block_on(async {
+        let req = c.request(0).await.expect("salloc names a job");
+        c.granted(req).await.expect("granted")
+    });
+    let prefix = c.srun_prefix(job.id);
+    let out = Command::new(&prefix[0])
+        .args(&prefix[1..])
+        .arg(binary("kerneld-sandbox"))
+        .args(runner.to_args())
+        .arg("--")
+        .arg(python())
+        .args(["-c", code])
+        .output()
+        .unwrap();
+    rt.block_on(c.cancel(job.id)).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = text.lines().last().unwrap_or("");
+    let step: u32 = last
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no SLURM_STEP_GPUS in the step: {text}"));
+    assert!(last.contains("visible "), "{text}");
+    assert_ne!(last, format!("step {step} visible None"), "{text}");
+    let opened: Vec<&str> = text.lines().filter(|l| l.ends_with(" ok")).collect();
+    assert_eq!(opened, [format!("{step} ok")], "{text}");
+    assert!(
+        text.lines().filter(|l| l.contains(" denied 13")).count() >= 1,
+        "the other stand-in GPU was not refused: {text}"
+    );
+}

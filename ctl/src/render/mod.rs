@@ -404,6 +404,24 @@ pub fn sandbox(sb: &SandboxStatus, paint: Paint) -> String {
 "
         ));
     }
+    for w in &sb.widened {
+        out.push_str(&format!(
+            "  widened for CUDA: {}: {} (with it strict: {})\n",
+            w.layer, w.level, w.reason
+        ));
+    }
+    if let Some(first) = sb.trials.first() {
+        let how = if first.ok {
+            "CUDA started under the strict policy".to_string()
+        } else {
+            format!(
+                "{} runs; the strict policy failed: {}",
+                sb.trials.len(),
+                first.error.as_deref().unwrap_or("?")
+            )
+        };
+        out.push_str(&format!("  GPU trial: {how}\n"));
+    }
     for p in &sb.problems {
         out.push_str(&format!(
             "  missing: {p}
@@ -649,6 +667,51 @@ mod tests {
         );
         assert!(
             text.lines().nth(3).unwrap().trim_end().ends_with('-'),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_sandbox_says_what_the_gpu_trial_widened_and_why() {
+        use kerneld_protocol::wire::{SandboxStatus, SandboxTrial, SandboxWidening};
+        let mut sb = SandboxStatus {
+            complete: true,
+            allow_unsandboxed: false,
+            runner_uid: 999,
+            runner_user: "kerneld-runner".into(),
+            probe: None,
+            restricts: vec!["sockets: made but reaching nothing".into()],
+            problems: vec![],
+            widened: vec![],
+            trials: vec![SandboxTrial {
+                variant: "strict".into(),
+                ok: true,
+                error: None,
+            }],
+        };
+        let text = strip_ansi(&sandbox(&sb, Paint::OFF));
+        assert!(text.starts_with("sandbox: in force\n"), "{text}");
+        assert!(
+            text.contains("  GPU trial: CUDA started under the strict policy\n"),
+            "{text}"
+        );
+        sb.complete = false;
+        sb.trials[0] = SandboxTrial {
+            variant: "strict".into(),
+            ok: false,
+            error: Some("the runner: Error 304".into()),
+        };
+        sb.widened = vec![SandboxWidening {
+            layer: "proc-write".into(),
+            level: "a runner writes its own /proc/<pid>".into(),
+            reason: "the runner: Error 304".into(),
+        }];
+        let text = strip_ansi(&sandbox(&sb, Paint::OFF));
+        assert!(text.contains(
+            "  widened for CUDA: proc-write: a runner writes its own /proc/<pid> (with it strict: the runner: Error 304)\n"
+        ), "{text}");
+        assert!(
+            text.contains("GPU trial: 1 runs; the strict policy failed: the runner: Error 304"),
             "{text}"
         );
     }

@@ -11,7 +11,9 @@ use kerneld::sandbox::{apply, probe, Options};
 const USAGE: &str =
     "usage: kerneld-sandbox [--env K=V]... [--nofile N] [--nproc N] [--as-bytes N] \
 [--uid UID --gid GID] [--ro PATH]... [--exec PATH]... [--rw PATH]... [--dev PATH]... \
-[--no-net] [--no-unix] [--best-effort] -- PROGRAM [ARGS...]\n       kerneld-sandbox --probe";
+[--no-net] [--no-unix] [--no-connect] [--proc-write none|task|pid|all] \
+[--dev-from-env VAR=/dev/prefix]... [--pass-env NAME]... [--relax scoping|process-rules]... \
+[--best-effort] -- PROGRAM [ARGS...]\n       kerneld-sandbox --probe";
 
 fn main() -> ExitCode {
     let args: Vec<_> = std::env::args_os().skip(1).collect();

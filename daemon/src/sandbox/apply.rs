@@ -1,25 +1,20 @@
 //! Applying the restrictions of `kerneld-sandbox`, in the order PROCESS_MODEL.md fixes:
-//! rlimits, core dumps off, groups/gid/uid, no_new_privs, Landlock, seccomp, then execve
-//! with exactly the `--env` environment. Every step either holds or is an error that
+//! rlimits, core dumps off, groups/gid/uid, no_new_privs, Landlock, seccomp (seccomp.rs),
+//! then execve with exactly the `--env` environment (plus `--pass-env`). Every step either holds or is an error that
 //! names it (the binary exits 125 and nothing runs), unless `--best-effort` lets a
 //! feature the kernel lacks go (a uid switch never goes: running as the wrong user is
 //! worse than not running).
 
-use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr};
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use super::options::{Options, ProcWrite, Relax};
 use landlock::{
     Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
-use seccompiler::{
-    SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
-    TargetArch,
-};
-
-use super::options::Options;
 
 /// The Landlock ABI whose rights the sandbox asks for: 6 has everything it uses
 /// (IOCTL_DEV from 5, TCP rules from 4, signal and abstract-socket scoping from 6).
@@ -38,7 +33,7 @@ impl std::fmt::Display for SetupError {
     }
 }
 
-fn fail<T>(step: &'static str, message: impl Into<String>) -> Result<T, SetupError> {
+pub(super) fn fail<T>(step: &'static str, message: impl Into<String>) -> Result<T, SetupError> {
     Err(SetupError {
         step,
         message: message.into(),
@@ -75,7 +70,7 @@ fn apply(o: &Options, warnings: &mut Warnings) -> Result<(), SetupError> {
         return fail("no_new_privs", std::io::Error::last_os_error().to_string());
     }
     landlock(o, rules, warnings)?;
-    seccomp(o, warnings)?;
+    super::seccomp::install(o, warnings)?;
     Ok(())
 }
 
@@ -99,23 +94,106 @@ struct Rule {
     access: BitFlags<AccessFs>,
 }
 
+fn path_rule(kind: &str, p: &Path) -> Result<Rule, SetupError> {
+    let meta = std::fs::metadata(p)
+        .or_else(|e| fail("landlock", format!("--{kind} {}: {e}", p.display())))?;
+    let fd =
+        PathFd::new(p).or_else(|e| fail("landlock", format!("--{kind} {}: {e}", p.display())))?;
+    let mut access = rights(kind);
+    if !meta.is_dir() {
+        // Rights on a file are the file rights only (Landlock refuses the others).
+        access &= AccessFs::from_file(TARGET_ABI);
+    }
+    Ok(Rule { fd, access })
+}
+
 fn open_rules(o: &Options) -> Result<Vec<Rule>, SetupError> {
     let mut rules = Vec::new();
     for (kind, paths) in o.paths() {
         for p in paths {
-            let meta = std::fs::metadata(p)
-                .or_else(|e| fail("landlock", format!("--{kind} {}: {e}", p.display())))?;
-            let fd = PathFd::new(p)
-                .or_else(|e| fail("landlock", format!("--{kind} {}: {e}", p.display())))?;
-            let mut access = rights(kind);
-            if !meta.is_dir() {
-                // Rights on a file are the file rights only (Landlock refuses the others).
-                access &= AccessFs::from_file(TARGET_ABI);
-            }
-            rules.push(Rule { fd, access });
+            rules.push(path_rule(kind, p)?);
         }
     }
+    for p in devices_from_env(o)? {
+        rules.push(path_rule("dev", &p)?);
+    }
+    if let Some(rule) = proc_rule(o.proc_write)? {
+        rules.push(rule);
+    }
     Ok(rules)
+}
+
+/// `--dev-from-env`: the nodes named by the variables of our own environment.
+fn devices_from_env(o: &Options) -> Result<Vec<PathBuf>, SetupError> {
+    let mut nodes = Vec::new();
+    for (var, prefix) in &o.dev_from_env {
+        let value = std::env::var(var).unwrap_or_default();
+        let numbers = device_numbers(&value).map_err(|why| SetupError {
+            step: "devices",
+            message: format!(
+                "--dev-from-env {var}={}: {var}={value:?} {why} (on a Slurm node: did the step \
+                 get a GPU? gres.conf needs File=/dev/nvidia[...])",
+                prefix.display()
+            ),
+        })?;
+        for n in numbers {
+            nodes.push(PathBuf::from(format!("{}{n}", prefix.display())));
+        }
+    }
+    Ok(nodes)
+}
+
+/// "0,2", "1-3", "0,2-3": the device numbers a list names (Slurm's SLURM_STEP_GPUS).
+pub fn device_numbers(value: &str) -> Result<Vec<u32>, String> {
+    let mut out = Vec::new();
+    for part in value.split(',').map(str::trim) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b) = match (a.parse::<u32>(), b.parse::<u32>()) {
+            (Ok(a), Ok(b)) if a <= b && b - a < 1024 => (a, b),
+            _ => return Err("is not a list of device numbers".into()),
+        };
+        out.extend(a..=b);
+    }
+    Ok(out)
+}
+
+/// `--proc-write`: Landlock's WriteFile and Truncate (fopen "wb" truncates) on the part of
+/// /proc it names. `/proc/<pid>` is this process's, which execve keeps.
+///
+/// Landlock ties a rule to the inode behind the path, and procfs makes a new inode each
+/// time it looks a pid directory up again: once the kernel evicts the dentry (memory
+/// pressure, `drop_caches`), a rule on /proc/<pid>/task no longer covers it (measured on
+/// kernel 6.18: writes refused after `echo 2 > /proc/sys/vm/drop_caches`). An open file
+/// keeps the dentry, so a non-close-on-exec O_PATH descriptor of the directory is left to
+/// the program on purpose; it names only the program's own process.
+fn proc_rule(scope: ProcWrite) -> Result<Option<Rule>, SetupError> {
+    let pid = std::process::id();
+    let path = match scope {
+        ProcWrite::None => return Ok(None),
+        ProcWrite::Task => PathBuf::from(format!("/proc/{pid}/task")),
+        ProcWrite::Pid => PathBuf::from(format!("/proc/{pid}")),
+        ProcWrite::All => PathBuf::from("/proc"),
+    };
+    let fd = PathFd::new(&path)
+        .or_else(|e| fail("landlock", format!("--proc-write {}: {e}", path.display())))?;
+    if scope != ProcWrite::All {
+        // SAFETY: F_DUPFD of a valid descriptor; the copy (without FD_CLOEXEC) is
+        // deliberately never closed here.
+        if unsafe { libc::fcntl(fd.as_fd().as_raw_fd(), libc::F_DUPFD, 3) } < 0 {
+            return fail(
+                "landlock",
+                format!(
+                    "--proc-write: keeping {} open: {}",
+                    path.display(),
+                    std::io::Error::last_os_error()
+                ),
+            );
+        }
+    }
+    Ok(Some(Rule {
+        fd,
+        access: AccessFs::WriteFile | AccessFs::Truncate,
+    }))
 }
 
 fn limits(o: &Options) -> Result<(), SetupError> {
@@ -275,9 +353,10 @@ fn landlock(o: &Options, rules: Vec<Rule>, warnings: &mut Warnings) -> Result<()
     let mut ruleset = Ruleset::default()
         .set_compatibility(level)
         .handle_access(AccessFs::from_all(TARGET_ABI))
-        .map_err(err)?
-        .scope(Scope::from_all(TARGET_ABI))
         .map_err(err)?;
+    if !o.relax.contains(&Relax::Scoping) {
+        ruleset = ruleset.scope(Scope::from_all(TARGET_ABI)).map_err(err)?;
+    }
     if o.no_net {
         ruleset = ruleset
             .handle_access(AccessNet::from_all(TARGET_ABI))
@@ -300,82 +379,6 @@ fn landlock(o: &Options, rules: Vec<Rule>, warnings: &mut Warnings) -> Result<()
     }
 }
 
-/// The seccomp filter: EPERM for ptrace and reading/writing other processes' memory, for
-/// io_uring (its socket and connect operations would pass the socket rules), and under
-/// --no-net for socket() of any family but AF_UNIX/AF_NETLINK (AF_UNIX too with --no-unix).
-pub fn seccomp_rules(o: &Options) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    for nr in [
-        libc::SYS_ptrace,
-        libc::SYS_process_vm_readv,
-        libc::SYS_process_vm_writev,
-        libc::SYS_io_uring_setup,
-        libc::SYS_io_uring_enter,
-        libc::SYS_io_uring_register,
-    ] {
-        rules.insert(nr, vec![]);
-    }
-    if o.no_net || o.no_unix {
-        let mut allowed = vec![libc::AF_NETLINK];
-        if !o.no_unix {
-            allowed.push(libc::AF_UNIX);
-        }
-        if !o.no_net {
-            // Only --no-unix: deny exactly AF_UNIX.
-            let c = SeccompCondition::new(
-                0,
-                SeccompCmpArgLen::Dword,
-                SeccompCmpOp::Eq,
-                libc::AF_UNIX as u64,
-            )
-            .map_err(|e| e.to_string())?;
-            rules.insert(
-                libc::SYS_socket,
-                vec![SeccompRule::new(vec![c]).map_err(|e| e.to_string())?],
-            );
-        } else {
-            let conds = allowed
-                .iter()
-                .map(|af| {
-                    SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *af as u64)
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| e.to_string())?;
-            rules.insert(
-                libc::SYS_socket,
-                vec![SeccompRule::new(conds).map_err(|e| e.to_string())?],
-            );
-        }
-    }
-    Ok(rules)
-}
-
-fn seccomp(o: &Options, warnings: &mut Warnings) -> Result<(), SetupError> {
-    let build = || -> Result<seccompiler::BpfProgram, String> {
-        let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
-        let filter = SeccompFilter::new(
-            seccomp_rules(o)?,
-            SeccompAction::Allow,
-            SeccompAction::Errno(libc::EPERM as u32),
-            arch,
-        )
-        .map_err(|e| e.to_string())?;
-        filter
-            .try_into()
-            .map_err(|e: seccompiler::BackendError| e.to_string())
-    };
-    let result =
-        build().and_then(|prog| seccompiler::apply_filter(&prog).map_err(|e| e.to_string()));
-    match result {
-        Ok(()) => Ok(()),
-        Err(e) if o.best_effort => {
-            warnings.push(format!("no seccomp filter: {e}"));
-            Ok(())
-        }
-        Err(e) => fail("seccomp", e),
-    }
-}
-
 /// The program, found on the `--env` PATH when it has no slash.
 fn resolve(program: &OsStr, env: &[(String, String)]) -> Option<PathBuf> {
     let p = Path::new(program);
@@ -390,6 +393,21 @@ fn resolve(program: &OsStr, env: &[(String, String)]) -> Option<PathBuf> {
         .filter(|d| !d.is_empty())
         .map(|d| Path::new(d).join(p))
         .find(|c| c.is_file())
+}
+
+/// The program's environment: the `--env` variables, then each `--pass-env` variable of
+/// our own environment that `--env` does not set.
+fn environment(o: &Options) -> Vec<(String, String)> {
+    let mut env = o.env.clone();
+    for k in &o.pass_env {
+        if env.iter().any(|(name, _)| name == k) {
+            continue;
+        }
+        if let Ok(v) = std::env::var(k) {
+            env.push((k.clone(), v));
+        }
+    }
+    env
 }
 
 fn exec(o: &Options) -> SetupError {
@@ -410,8 +428,7 @@ fn exec(o: &Options) -> SetupError {
             .iter()
             .map(|a| cstr(a.as_bytes()))
             .collect::<Result<Vec<_>, _>>()?;
-        let envp = o
-            .env
+        let envp = environment(o)
             .iter()
             .map(|(k, v)| cstr(format!("{k}={v}").as_bytes()))
             .collect::<Result<Vec<_>, _>>()?;
@@ -438,5 +455,20 @@ fn exec(o: &Options) -> SetupError {
                 ""
             }
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_numbers_read_slurms_lists_and_ranges() {
+        assert_eq!(device_numbers("0").unwrap(), [0]);
+        assert_eq!(device_numbers("1,3").unwrap(), [1, 3]);
+        assert_eq!(device_numbers("0-2,7").unwrap(), [0, 1, 2, 7]);
+        for bad in ["", "gpu0", "3-1", "0-5000", "1,,2"] {
+            assert!(device_numbers(bad).is_err(), "{bad:?}");
+        }
     }
 }

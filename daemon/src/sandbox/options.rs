@@ -32,9 +32,29 @@ pub struct Options {
     /// No IP networking: Landlock denies TCP bind/connect, seccomp denies socket() of
     /// every family but AF_UNIX and AF_NETLINK (so UDP, raw and packet sockets too).
     pub no_net: bool,
-    /// Also deny socket(AF_UNIX): no connection to a named socket (the daemon's control
-    /// socket included; Landlock cannot restrict those before ABI 9). socketpair() stays.
+    /// Also deny socket(AF_UNIX). CUDA cannot initialise without AF_UNIX sockets (it
+    /// creates two); `no_connect` is what keeps them from reaching anything.
     pub no_unix: bool,
+    /// Sockets (of any family: seccomp cannot see an fd's family) may be created but reach
+    /// nothing: connect, bind, listen, accept, accept4, sendmsg, sendmmsg and sendto with
+    /// an address are refused (EACCES). So no named or abstract socket is reached (the
+    /// daemon's, systemd's, D-Bus's...), no fd is passed; socketpair() still works, and
+    /// reaches only the process itself.
+    pub no_connect: bool,
+    /// Which part of /proc may be written (Landlock WriteFile and Truncate only): CUDA
+    /// names its threads through /proc/self/task/<tid>/comm.
+    pub proc_write: ProcWrite,
+    /// Layers left off: only the daemon's GPU trial asks for this, to find which layer
+    /// CUDA cannot live with (sandbox::widen).
+    pub relax: Vec<Relax>,
+    /// Device nodes named by an environment variable of kerneld-sandbox's own (`VAR`, the
+    /// node path's prefix): on a Slurm compute node the step's GPUs (`SLURM_STEP_GPUS=1,3`
+    /// with prefix `/dev/nvidia` grants /dev/nvidia1 and /dev/nvidia3).
+    pub dev_from_env: Vec<(String, PathBuf)>,
+    /// Variables the program gets from kerneld-sandbox's own environment when set there
+    /// (an `--env` of the same name wins): what only the place it runs knows, such as
+    /// the CUDA_VISIBLE_DEVICES Slurm gives a step.
+    pub pass_env: Vec<String>,
     /// Run with what the kernel supports instead of failing on a missing feature.
     pub best_effort: bool,
     /// Print what the kernel supports (JSON) and exit.
@@ -43,9 +63,67 @@ pub struct Options {
     pub program: Vec<OsString>,
 }
 
+/// The part of /proc `--proc-write` opens for writing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ProcWrite {
+    /// Nothing under /proc is writable.
+    #[default]
+    None,
+    /// `/proc/<own pid>/task`: the program's own threads (their `comm`, thread names).
+    Task,
+    /// `/proc/<own pid>`: everything of the program's own process.
+    Pid,
+    /// All of /proc (what DAC allows: for a non-root uid, files of its own processes).
+    All,
+}
+
+impl ProcWrite {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ProcWrite::None => "none",
+            ProcWrite::Task => "task",
+            ProcWrite::Pid => "pid",
+            ProcWrite::All => "all",
+        }
+    }
+
+    fn parse(v: &str) -> Option<ProcWrite> {
+        [
+            ProcWrite::None,
+            ProcWrite::Task,
+            ProcWrite::Pid,
+            ProcWrite::All,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == v)
+    }
+}
+
+/// A layer `--relax` leaves off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Relax {
+    /// Landlock's scoping (signals to and abstract sockets of processes outside the sandbox).
+    Scoping,
+    /// The seccomp rules on ptrace, process_vm_readv/writev and io_uring.
+    ProcessRules,
+}
+
+impl Relax {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Relax::Scoping => "scoping",
+            Relax::ProcessRules => "process-rules",
+        }
+    }
+}
+
 /// Flags that take one value, in the order `to_args` writes them.
 const VALUE_FLAGS: &[&str] = &[
     "--env",
+    "--pass-env",
+    "--dev-from-env",
+    "--proc-write",
+    "--relax",
     "--nofile",
     "--nproc",
     "--as-bytes",
@@ -76,6 +154,7 @@ impl Options {
                 }
                 "--no-net" => o.no_net = true,
                 "--no-unix" => o.no_unix = true,
+                "--no-connect" => o.no_connect = true,
                 "--best-effort" => o.best_effort = true,
                 "--probe" => o.probe = true,
                 f if VALUE_FLAGS.contains(&f) => {
@@ -138,6 +217,41 @@ impl Options {
                 self.env.retain(|(name, _)| name != k);
                 self.env.push((k.to_string(), v.to_string()));
             }
+            "--pass-env" => {
+                let t = text()?;
+                if t.is_empty() || t.contains('=') || t.contains('\0') {
+                    return Err(format!("--pass-env {t}: expected a variable name"));
+                }
+                if !self.pass_env.contains(&t) {
+                    self.pass_env.push(t);
+                }
+            }
+            "--dev-from-env" => {
+                let t = text()?;
+                let (var, prefix) = t
+                    .split_once('=')
+                    .filter(|(k, p)| !k.is_empty() && p.starts_with('/'))
+                    .ok_or_else(|| {
+                        format!("--dev-from-env {t}: expected VAR=/absolute/prefix (e.g. SLURM_STEP_GPUS=/dev/nvidia)")
+                    })?;
+                self.dev_from_env
+                    .push((var.to_string(), PathBuf::from(prefix)));
+            }
+            "--proc-write" => {
+                let t = text()?;
+                self.proc_write = ProcWrite::parse(&t)
+                    .ok_or_else(|| format!("--proc-write {t}: expected none, task, pid or all"))?;
+            }
+            "--relax" => {
+                let t = text()?;
+                let r = [Relax::Scoping, Relax::ProcessRules]
+                    .into_iter()
+                    .find(|r| r.as_str() == t)
+                    .ok_or_else(|| format!("--relax {t}: expected scoping or process-rules"))?;
+                if !self.relax.contains(&r) {
+                    self.relax.push(r);
+                }
+            }
             "--nofile" => self.nofile = Some(number()?),
             "--nproc" => self.nproc = Some(number()?),
             "--as-bytes" => self.as_bytes = Some(number()?),
@@ -173,6 +287,18 @@ impl Options {
         for (k, v) in &self.env {
             push("--env", format!("{k}={v}"));
         }
+        for k in &self.pass_env {
+            push("--pass-env", k.clone());
+        }
+        for (var, prefix) in &self.dev_from_env {
+            push("--dev-from-env", format!("{var}={}", prefix.display()));
+        }
+        if self.proc_write != ProcWrite::None {
+            push("--proc-write", self.proc_write.as_str().to_string());
+        }
+        for r in &self.relax {
+            push("--relax", r.as_str().to_string());
+        }
         let numbers = [
             ("--nofile", self.nofile),
             ("--nproc", self.nproc),
@@ -193,6 +319,7 @@ impl Options {
         for (flag, on) in [
             ("--no-net", self.no_net),
             ("--no-unix", self.no_unix),
+            ("--no-connect", self.no_connect),
             ("--best-effort", self.best_effort),
         ] {
             if on {
@@ -238,7 +365,16 @@ mod tests {
             "/dev/null",
             "--no-net",
             "--no-unix",
+            "--no-connect",
             "--best-effort",
+            "--proc-write",
+            "task",
+            "--relax",
+            "scoping",
+            "--dev-from-env",
+            "SLURM_STEP_GPUS=/dev/nvidia",
+            "--pass-env",
+            "CUDA_VISIBLE_DEVICES",
             "--",
             "/usr/bin/python3",
             "--ro",
@@ -259,7 +395,14 @@ mod tests {
         assert_eq!(o.exec, vec![PathBuf::from("/usr/bin/python3")]);
         assert_eq!(o.rw, vec![PathBuf::from("/tmp/s")]);
         assert_eq!(o.dev, vec![PathBuf::from("/dev/null")]);
-        assert!(o.no_net && o.no_unix && o.best_effort && !o.probe);
+        assert!(o.no_net && o.no_unix && o.no_connect && o.best_effort && !o.probe);
+        assert_eq!(o.proc_write, ProcWrite::Task);
+        assert_eq!(o.relax, vec![Relax::Scoping]);
+        assert_eq!(
+            o.dev_from_env,
+            vec![("SLURM_STEP_GPUS".into(), PathBuf::from("/dev/nvidia"))]
+        );
+        assert_eq!(o.pass_env, vec!["CUDA_VISIBLE_DEVICES".to_string()]);
         let program: Vec<&str> = o.program.iter().map(|a| a.to_str().unwrap()).collect();
         assert_eq!(program, ["/usr/bin/python3", "--ro", "--", "-c"]);
     }
@@ -288,7 +431,17 @@ mod tests {
             "--dev",
             "/dev/nvidia0",
             "--no-net",
-            "--no-unix",
+            "--no-connect",
+            "--proc-write",
+            "all",
+            "--relax",
+            "process-rules",
+            "--relax",
+            "scoping",
+            "--dev-from-env",
+            "V=/dev/nvidia",
+            "--pass-env",
+            "V",
             "--",
             "/bin/sh",
         ])
@@ -320,6 +473,23 @@ mod tests {
             (&["--no-net"], "no program to run"),
             (&["--uid", "5", "--", "/bin/true"], "go together"),
             (&["/bin/true"], "unknown option `/bin/true`"),
+            (
+                &["--proc-write", "everything", "--", "/bin/true"],
+                "expected none, task, pid or all",
+            ),
+            (
+                &["--relax", "landlock", "--", "/bin/true"],
+                "--relax landlock",
+            ),
+            (
+                &["--dev-from-env", "SLURM_STEP_GPUS", "--", "/bin/true"],
+                "VAR=/absolute/prefix",
+            ),
+            (
+                &["--dev-from-env", "V=dev/nvidia", "--", "/bin/true"],
+                "VAR=/absolute/prefix",
+            ),
+            (&["--pass-env", "A=1", "--", "/bin/true"], "a variable name"),
         ];
         for (args, want) in cases {
             let e = parse(args).unwrap_err();

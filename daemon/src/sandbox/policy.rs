@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::options::Options;
+use super::options::{Options, ProcWrite};
 
 /// Harness settings the daemon's environment may pass on to the judge (none secret).
 pub const HARNESS_ENV: &[&str] = &[
@@ -69,6 +69,22 @@ const COMMON_DEVICES: &[&str] = &[
     "/dev/urandom",
 ];
 
+/// The GPU nodes a slot's sandbox opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuNodes {
+    /// CPU mode: none.
+    None,
+    /// A local GPU: its node, `/dev/nvidia<minor>` (NVML's minor number).
+    Local(PathBuf),
+    /// A Slurm slot's GPU, known only on the compute node: `/dev/nvidia<N>` for each N in
+    /// the step's `SLURM_STEP_GPUS`, read there by kerneld-sandbox (`--dev-from-env`),
+    /// which also passes on the CUDA_VISIBLE_DEVICES Slurm set.
+    Slurm,
+}
+
+/// The variable Slurm names a step's GPUs in (their device numbers, as in gres.conf's File=).
+pub const SLURM_GPUS_VAR: &str = "SLURM_STEP_GPUS";
+
 /// What a policy is built from (the daemon's configuration and the slot).
 #[derive(Debug, Clone)]
 pub struct PolicyInputs {
@@ -79,8 +95,8 @@ pub struct PolicyInputs {
     pub scratch: PathBuf,
     /// Where the daemon puts the candidate file for the judge (read-only to it).
     pub inbox: PathBuf,
-    /// The leased GPU's minor number (/dev/nvidia<minor>); None: CPU mode.
-    pub gpu_minor: Option<u32>,
+    /// The leased GPU's device nodes (GpuNodes::None: CPU mode).
+    pub gpu: GpuNodes,
     /// Switch to this uid/gid (a root daemon's runner user).
     pub run_as: Option<(u32, u32)>,
     pub max_files: u64,
@@ -91,8 +107,9 @@ pub struct PolicyInputs {
     pub extra_exec: Vec<PathBuf>,
     /// Paths no grant may contain: state directory, configuration, spool.
     pub forbidden: Vec<PathBuf>,
-    /// Deny AF_UNIX sockets (the daemon's own socket would otherwise be reachable).
-    pub no_unix: bool,
+    /// Sockets reach nothing (`--no-connect`): the daemon's own socket would otherwise be
+    /// reachable. kerneld.toml's `sandbox_unix_sockets = true` turns it off.
+    pub no_connect: bool,
     pub best_effort: bool,
 }
 
@@ -145,18 +162,38 @@ pub fn python_dirs(python: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
         }
         push_existing(&mut exec, &real);
     }
-    for dir in ro.clone() {
+    // A system-wide install (/usr/bin/python3) keeps its packages in /usr/local or /usr
+    // (readable as part of /usr); Triton's ptxas there must be executable too.
+    let mut roots = ro.clone();
+    roots.extend(["/usr/local", "/usr"].map(PathBuf::from));
+    for bin in triton_bins(&roots) {
+        push_existing(&mut exec, bin);
+    }
+    (ro, exec)
+}
+
+/// `<root>/lib*/python3*/{site,dist}-packages/triton/backends/nvidia/bin` that exist.
+fn triton_bins(roots: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for root in roots {
         for lib in ["lib", "lib64"] {
-            let Ok(entries) = std::fs::read_dir(dir.join(lib)) else {
+            let Ok(entries) = std::fs::read_dir(root.join(lib)) else {
                 continue;
             };
             for e in entries.flatten() {
-                let bin = e.path().join("site-packages/triton/backends/nvidia/bin");
-                push_existing(&mut exec, bin);
+                if !e.file_name().to_string_lossy().starts_with("python3") {
+                    continue;
+                }
+                for packages in ["site-packages", "dist-packages"] {
+                    let bin = e.path().join(packages).join("triton/backends/nvidia/bin");
+                    if bin.is_dir() {
+                        out.push(bin);
+                    }
+                }
             }
         }
     }
-    (ro, exec)
+    out
 }
 
 impl Policy {
@@ -195,14 +232,22 @@ impl Policy {
         for d in COMMON_DEVICES {
             push_existing(&mut dev, d);
         }
-        if let Some(minor) = i.gpu_minor {
-            for d in ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"] {
-                push_existing(&mut dev, d);
+        let gpu = i.gpu != GpuNodes::None;
+        match i.gpu {
+            GpuNodes::None => {}
+            GpuNodes::Local(_) => {
+                for d in ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"] {
+                    push_existing(&mut dev, d);
+                }
             }
-            let node = PathBuf::from(format!("/dev/nvidia{minor}"));
+            // Checked on the compute node (kerneld-sandbox refuses a missing path): the two
+            // every CUDA node has (uvm-tools is for profilers; cuInit never opened it).
+            GpuNodes::Slurm => dev.extend(["/dev/nvidiactl", "/dev/nvidia-uvm"].map(PathBuf::from)),
+        }
+        if let GpuNodes::Local(node) = &i.gpu {
             if !node.exists() {
                 return Err(format!(
-                    "{} does not exist (NVML says the leased GPU has minor number {minor})",
+                    "{} does not exist (the leased GPU's device node, from NVML's minor number)",
                     node.display()
                 ));
             }
@@ -211,26 +256,38 @@ impl Policy {
         let base = Options {
             nofile: Some(i.max_files),
             nproc: (i.max_procs > 0).then_some(i.max_procs),
-            as_bytes: (i.gpu_minor.is_none() && i.max_address_space > 0)
-                .then_some(i.max_address_space),
+            as_bytes: (!gpu && i.max_address_space > 0).then_some(i.max_address_space),
             uid: i.run_as.map(|(u, _)| u),
             gid: i.run_as.map(|(_, g)| g),
             ro,
             exec,
             dev,
             no_net: true,
-            no_unix: i.no_unix,
+            no_connect: i.no_connect,
             best_effort: i.best_effort,
             ..Options::default()
         };
-        let mut judge = base.clone();
+        let mut base = base;
+        if i.gpu == GpuNodes::Slurm {
+            base.dev_from_env = vec![(SLURM_GPUS_VAR.into(), PathBuf::from("/dev/nvidia"))];
+            base.pass_env = vec!["CUDA_VISIBLE_DEVICES".into(), SLURM_GPUS_VAR.into()];
+        }
+        let mut runner = base.clone();
+        let mut judge = base;
+        if gpu {
+            // CUDA names its threads through /proc/<pid>/task/<tid>/comm (Error 304 when
+            // refused). A runner may write only its own task directory. Its judge's
+            // Landlock layer stays in force over it (layers stack, and each must allow),
+            // and a runner's pid is not known when the judge starts: the judge gets
+            // write (WriteFile and Truncate only) on /proc, which for its uid means the
+            // files of its own uid's processes; never /proc/sys, which is root's.
+            runner.proc_write = ProcWrite::Task;
+            judge.proc_write = ProcWrite::All;
+        }
         judge.rw.push(i.scratch.clone());
         push_existing(&mut judge.ro, &i.inbox);
         push_existing(&mut judge.exec, &i.sandbox_bin);
-        let policy = Policy {
-            judge,
-            runner: base,
-        };
+        let policy = Policy { judge, runner };
         policy.check(&i.forbidden)?;
         Ok(policy)
     }
@@ -282,7 +339,7 @@ mod tests {
             kernels_dir: dir.join("kernels"),
             scratch: dir.join("scratch"),
             inbox: dir.join("inbox"),
-            gpu_minor: None,
+            gpu: GpuNodes::None,
             run_as: Some((990, 991)),
             max_files: 4096,
             max_procs: 512,
@@ -290,7 +347,7 @@ mod tests {
             extra_ro: vec![],
             extra_exec: vec![],
             forbidden: vec![dir.join("state")],
-            no_unix: true,
+            no_connect: true,
             best_effort: false,
         }
     }
@@ -316,7 +373,12 @@ mod tests {
         assert!(!p.runner.ro.contains(&d.join("inbox")));
         assert!(p.judge.exec.contains(&PathBuf::from("/bin/true")));
         assert!(!p.runner.exec.contains(&PathBuf::from("/bin/true")));
-        assert!(p.judge.no_net && p.runner.no_net && p.runner.no_unix);
+        assert!(p.judge.no_net && p.runner.no_net && p.runner.no_connect && !p.runner.no_unix);
+        assert_eq!(
+            (p.judge.proc_write, p.runner.proc_write),
+            (ProcWrite::None, ProcWrite::None),
+            "CPU mode writes nothing under /proc"
+        );
         assert_eq!((p.runner.uid, p.runner.gid), (Some(990), Some(991)));
         assert_eq!(
             p.runner.as_bytes,
@@ -332,6 +394,27 @@ mod tests {
             .dev
             .iter()
             .any(|r| r.to_string_lossy().contains("nvidia")));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn triton_binaries_are_found_in_site_and_dist_packages() {
+        let d = tmp("triton");
+        for p in [
+            "venv/lib/python3.12/site-packages/triton/backends/nvidia/bin",
+            "local/lib/python3.12/dist-packages/triton/backends/nvidia/bin",
+            "local/lib/perl5/site-packages/triton/backends/nvidia/bin",
+        ] {
+            std::fs::create_dir_all(d.join(p)).unwrap();
+        }
+        let found = triton_bins(&[d.join("venv"), d.join("local"), d.join("none")]);
+        assert_eq!(
+            found,
+            [
+                d.join("venv/lib/python3.12/site-packages/triton/backends/nvidia/bin"),
+                d.join("local/lib/python3.12/dist-packages/triton/backends/nvidia/bin"),
+            ]
+        );
         let _ = std::fs::remove_dir_all(&d);
     }
 
@@ -364,13 +447,33 @@ mod tests {
     fn gpu_mode_opens_only_the_leased_gpus_node() {
         let d = tmp("gpu");
         let mut i = inputs(&d);
-        i.gpu_minor = Some(250);
+        i.gpu = GpuNodes::Local(PathBuf::from("/dev/nvidia250"));
         // No such node on a test machine: a clear error, not a policy without the GPU.
         let e = Policy::build(&i).unwrap_err();
         assert!(
-            e.contains("/dev/nvidia250") && e.contains("minor number 250"),
+            e.contains("/dev/nvidia250 does not exist") && e.contains("minor number"),
             "{e}"
         );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_slurm_gpu_is_named_on_the_node_and_proc_is_written_only_for_thread_names() {
+        let d = tmp("slurm");
+        let mut i = inputs(&d);
+        i.gpu = GpuNodes::Slurm;
+        let p = Policy::build(&i).unwrap();
+        for o in [&p.judge, &p.runner] {
+            assert_eq!(
+                o.dev_from_env,
+                vec![("SLURM_STEP_GPUS".into(), PathBuf::from("/dev/nvidia"))]
+            );
+            assert!(o.pass_env.contains(&"CUDA_VISIBLE_DEVICES".to_string()));
+            assert!(o.dev.contains(&PathBuf::from("/dev/nvidiactl")));
+            assert_eq!(o.as_bytes, None, "GPU mode: no address-space limit");
+        }
+        assert_eq!(p.runner.proc_write, ProcWrite::Task);
+        assert_eq!(p.judge.proc_write, ProcWrite::All);
         let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -55,7 +55,7 @@ pub fn slot_name(i: usize) -> String {
     format!("slurm-{i}")
 }
 
-fn slot_index(name: &str) -> Option<usize> {
+pub(crate) fn slot_index(name: &str) -> Option<usize> {
     name.strip_prefix("slurm-")?.parse().ok()
 }
 

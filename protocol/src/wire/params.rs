@@ -263,6 +263,35 @@ pub struct SandboxStatus {
     pub restricts: Vec<String>,
     /// What is missing; empty when complete.
     pub problems: Vec<String>,
+    /// GPU mode: the layers the start-up trial had to widen for CUDA (empty: the strict
+    /// policy works, or CPU mode).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub widened: Vec<SandboxWidening>,
+    /// GPU mode: the start-up trial's CUDA runs, in order (what was tried, how it ended).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trials: Vec<SandboxTrial>,
+}
+
+/// A layer of the sandbox widened for CUDA, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxWidening {
+    /// `filesystem`, `proc-write`, `unix-sockets`, `network`, `process-rules`, `scoping`,
+    /// `limits` or `user`.
+    pub layer: String,
+    /// What the layer allows as widened.
+    pub level: String,
+    /// CUDA's error with the layer strict.
+    pub reason: String,
+}
+
+/// One CUDA trial of the start-up ladder.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxTrial {
+    /// `strict`, or the layers widened and how.
+    pub variant: String,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -1,9 +1,11 @@
 # hostile: forks a grandchild that leaves the runner's process group and session (setsid) to outlive the runner and load the machine while later candidates and baselines are timed
 # expect: class=rejected rule=io
 # expect-runtime: no-effect
+# expect-sandboxed: no-effect
 """Hostile candidate (resource class, NOTES.md "Red team, session 4"): forks a grandchild that leaves the runner's process group and session (setsid) to outlive the runner and load the machine while later candidates and baselines are timed.
 The grandchild proves it survived by writing into the marker directory once the runner is
-gone; the judge (a child subreaper) must kill it with the runner. Otherwise the demo's tiled
+gone (where the sandbox refuses that write, the tests look for its process by the name it
+takes then, kd-survivor); the judge (a child subreaper) must kill it with the runner. Otherwise the demo's tiled
 matmul, so that only the attack can decide its verdict."""
 import os
 import time
@@ -99,6 +101,11 @@ def _attack():
                 break
             except OSError:
                 pass
+        try:  # PR_SET_NAME once the runner is gone: any process of this name is a survivor
+            import ctypes
+            ctypes.CDLL(None).prctl(15, b"kd-survivor", 0, 0, 0)
+        except Exception:
+            pass
         time.sleep(1.0)  # long after the runner's kill: only a survivor gets here
         fd = os.open("@@MARKER_DIR@@/survived-the-runner", os.O_WRONLY | os.O_CREAT, 0o644)
         os.write(fd, b"alive")
