@@ -4,7 +4,8 @@
 //! order of importance, each cut before the next is dropped: the goal restated, the
 //! best few candidates with their profiles, failures grouped by class and harness rule
 //! with one example each, what was tried without helping (per parameter value), the
-//! last evaluation. Timings measured under Triton's CPU interpreter are marked as such.
+//! last evaluation. Every timing says what it is (issue #23): the GPU time of the call's
+//! work, "as called" (host-inclusive), or Triton's CPU interpreter.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -12,7 +13,10 @@ use std::fmt::Write;
 use serde_json::Value;
 
 use crate::projection::GoalProjection;
-use crate::wire::{confirm_flag, AgentKind, EvalResult, EvaluationRecord, GoalSpec};
+use crate::wire::{
+    confirm_flag, AgentKind, EvalResult, EvaluationRecord, GoalSpec, TimingMethod,
+    LABEL_INTERPRETED,
+};
 
 /// Default budget of CONTEXT.md (`command`) and of the search agent's context.
 pub const DEFAULT_BYTES: usize = 12 * 1024;
@@ -58,6 +62,17 @@ pub fn goal_statement(spec: &GoalSpec) -> String {
     if let Some(t) = spec.stop.target_speedup {
         let _ = writeln!(s, "Target: {t}× speedup.");
     }
+    match spec.timing {
+        Some(TimingMethod::Gpu) => s.push_str(
+            "Timing: the GPU time of each call's work (calls replayed from a CUDA graph): \
+             host launch overhead does not count, the kernels' device time does.\n",
+        ),
+        Some(TimingMethod::AsCalled) => s.push_str(
+            "Timing: as called (host-inclusive: each call launched from Python), so launch \
+             overhead and host-side work count.\n",
+        ),
+        None => {}
+    }
     let seeds: Vec<&str> = spec.seeds.iter().map(|s| s.name.as_str()).collect();
     let _ = writeln!(
         s,
@@ -82,7 +97,11 @@ fn describe(rec: &EvaluationRecord) -> String {
     let mut s = format!("iteration {} · {} {}", rec.iteration, rec.seed, rec.config);
     match r.speedup {
         Some(x) if r.is_scored() => {
-            let _ = write!(s, " → {x:.3}× (spread {:.1}%", r.spread_pct.unwrap_or(0.0));
+            let _ = write!(s, " → {x:.3}× (");
+            if r.timing_label() != LABEL_INTERPRETED {
+                let _ = write!(s, "{}, ", r.timing_label());
+            }
+            let _ = write!(s, "spread {:.1}%", r.spread_pct.unwrap_or(0.0));
             if r.interpreted {
                 s.push_str(", CPU interpreter: not a speed");
             }
@@ -105,14 +124,36 @@ fn profile_lines(rec: &EvaluationRecord) -> String {
     for t in &rec.result.shapes {
         let _ = write!(
             s,
-            "    {}: {:.2} µs vs {:.2} µs ({:.2}×)",
-            t.shape, t.median_us, t.baseline_us, t.speedup
+            "    {}: {:.2} µs vs {:.2} µs ({:.2}×, {})",
+            t.shape,
+            t.median_us,
+            t.baseline_us,
+            t.speedup,
+            t.timing_label(rec.result.interpreted)
         );
+        // The other figure, when the judge measured both.
+        let other = match t.timing.as_deref() {
+            Some("gpu") => t
+                .as_called_us
+                .zip(t.baseline_as_called_us)
+                .map(|(c, b)| ("as called", c, b)),
+            Some("as_called") => t
+                .gpu_us
+                .zip(t.baseline_gpu_us)
+                .map(|(c, b)| ("GPU time", c, b)),
+            _ => None,
+        };
+        if let Some((what, c, b)) = other {
+            let _ = write!(s, "; {what} {c:.2} µs vs {b:.2} µs");
+        }
         if let (true, Some(g)) = (gpu, t.gbps) {
             let _ = write!(s, ", {g:.0} GB/s");
         }
         if let (true, Some(p)) = (gpu, t.pct_roofline) {
             let _ = write!(s, ", {p:.0}% of roofline");
+        }
+        if let Some(n) = &t.timing_note {
+            let _ = write!(s, " [{}]", clip(n, 160));
         }
         s.push('\n');
     }
@@ -136,7 +177,22 @@ fn profile_lines(rec: &EvaluationRecord) -> String {
 
 /// The context text for a goal (its statement, then its memory), at most `budget` bytes.
 pub fn compact(goal: &GoalProjection, history: &[EvaluationRecord], budget: usize) -> String {
-    let mut sections = vec![goal_statement(&goal.spec)];
+    let mut statement = goal_statement(&goal.spec);
+    // The best as the daemon holds it: its measurements pooled (first readings below).
+    if let Some(b) = &goal.best {
+        let pooled = b
+            .measurements
+            .map_or(String::new(), |n| format!(", pooled over {n} measurements"));
+        let _ = writeln!(
+            statement,
+            "Current best: iteration {}, {:.3}× ±{:.1}% ({}{pooled}).",
+            b.iteration,
+            b.speedup,
+            b.spread_pct,
+            b.timing_label()
+        );
+    }
+    let mut sections = vec![statement];
     sections.extend(memory_sections(history, &goal.confirmations));
     fit(sections, budget)
 }
@@ -408,16 +464,11 @@ mod tests {
                 speedup: Some(x),
                 spread_pct: Some(1.0),
                 shapes: vec![ShapeTiming {
-                    shape: "s".into(),
-                    median_us: 10.0 / x,
                     spread_pct: 1.0,
-                    baseline_us: 10.0,
                     baseline_spread_pct: 1.0,
-                    speedup: x,
                     gbps: Some(100.0),
-                    tflops: None,
                     pct_roofline: Some(5.0),
-                    ci_pct: None,
+                    ..ShapeTiming::new("s", 10.0 / x, 10.0)
                 }],
                 ..result
             };
@@ -529,6 +580,47 @@ mod tests {
             text.contains("→ wrong_result\n"),
             "the last evaluation: {text}"
         );
+    }
+
+    #[test]
+    fn every_timing_says_which_figure_it_is() {
+        let mut spec = crate::projection::test_spec("x");
+        spec.timing = Some(TimingMethod::Gpu);
+        let mut goal = GoalProjection::new("g1", spec, 0, 0);
+        let mut best = rec(3, Some(2.0), ResultClass::Ok);
+        best.result.timing = Some("gpu".into());
+        let t = &mut best.result.shapes[0];
+        t.timing = Some("gpu".into());
+        t.as_called_us = Some(24.4);
+        t.baseline_as_called_us = Some(34.1);
+        let mut fallback = rec(4, Some(1.5), ResultClass::Ok);
+        fallback.result.timing = Some("as_called".into());
+        fallback.result.shapes[0].timing = Some("as_called".into());
+        fallback.result.shapes[0].timing_note =
+            Some("the candidate cannot be captured in a CUDA graph (sync): timed as called".into());
+        goal.best = Some(crate::wire::BestSummary {
+            candidate: "c3".into(),
+            seed: "a.py".into(),
+            config: json!({}),
+            speedup: 1.953,
+            spread_pct: 0.8,
+            iteration: 3,
+            interpreted: false,
+            environment: None,
+            measurements: Some(10),
+            timing: Some("gpu".into()),
+        });
+        let text = compact(&goal, &[best, fallback], DEFAULT_BYTES);
+        for want in [
+            "Timing: the GPU time of each call's work",
+            "Current best: iteration 3, 1.953× ±0.8% (GPU time, pooled over 10 measurements).",
+            "→ 2.000× (GPU time, spread 1.0%)",
+            "s: 5.00 µs vs 10.00 µs (2.00×, GPU time); as called 24.40 µs vs 34.10 µs",
+            "→ 1.500× (as called, spread 1.0%)",
+            "(1.50×, as called), 100 GB/s, 5% of roofline [the candidate cannot be captured",
+        ] {
+            assert!(text.contains(want), "missing `{want}` in\n{text}");
+        }
     }
 
     #[test]

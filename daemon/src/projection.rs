@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::wire::{BestSummary, Event, EventKind, GoalSpec, GoalState, GoalSummary};
+use crate::noise::NoisePrior;
+use crate::wire::{BestSummary, Event, EventKind, GoalSpec, GoalState, GoalSummary, Pooled};
 
 /// A candidate proposed but without a recorded result: it is (re-)run before anything new.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -56,6 +57,10 @@ pub struct RetimeWork {
     #[serde(default)]
     pub revalidate: Option<crate::wire::Revalidation>,
     pub times: u32,
+    /// Asked by kerneld for a new best (`retime_requested`'s `for_best`): owed only while
+    /// the goal runs (a finished goal has no challengers to face).
+    #[serde(default)]
+    pub for_best: bool,
     /// Re-times with a recorded result.
     pub done: u32,
     /// Starts, and the starts that ended in a recorded abort, of the current re-time.
@@ -126,6 +131,16 @@ pub struct GoalProjection {
     /// Would-be bests that were re-timed: iteration -> the win held.
     #[serde(default)]
     pub confirmations: BTreeMap<u64, bool>,
+    /// The contenders' measurements pooled per shape (issue #23), by iteration: the best,
+    /// would-be bests awaiting their re-time, candidates with `retime` requests open.
+    /// Taken from the events that carry them (absent in older logs), so a replay of an
+    /// older log folds to what its build stored.
+    #[serde(default)]
+    pub measured: BTreeMap<u64, Pooled>,
+    /// The goal's run-to-run noise per shape, learned from every repeated measurement
+    /// (also of candidates no longer held in `measured`).
+    #[serde(default)]
+    pub noise: NoisePrior,
 }
 
 impl GoalProjection {
@@ -155,12 +170,49 @@ impl GoalProjection {
             confirming: BTreeMap::new(),
             retimes: BTreeMap::new(),
             confirmations: BTreeMap::new(),
+            measured: BTreeMap::new(),
+            noise: NoisePrior::default(),
         }
     }
 
-    /// Re-times owed, confirmations first (a win waits on them), then requests.
+    /// Re-times owed, confirmations first (a win waits on them), then requests (kerneld's
+    /// own for a new best only while the goal runs).
     pub fn retime_work(&self) -> impl Iterator<Item = &RetimeWork> {
-        self.confirming.values().chain(self.retimes.values())
+        let running = self.state == GoalState::Running;
+        self.confirming.values().chain(
+            self.retimes
+                .values()
+                .filter(move |w| running || !w.for_best),
+        )
+    }
+
+    /// A measurement of `iteration` pooled into `now`: the goal learns its noise, and a
+    /// best's figures are its pooled estimate from here on.
+    fn measured(&mut self, iteration: u64, now: &Pooled) {
+        self.noise.learn(self.measured.get(&iteration), now);
+        self.measured.insert(iteration, now.clone());
+        if let Some(b) = self.best.as_mut().filter(|b| b.iteration == iteration) {
+            if let Some(f) = crate::noise::figure(now, &self.noise) {
+                b.speedup = f.speedup;
+                b.spread_pct = f.ci95_pct();
+                b.measurements = Some(f.n);
+            }
+        }
+    }
+
+    /// Keeps the pooled measurements of the contenders only (the prior keeps what the
+    /// others taught): the projection is written at every event, so it must not grow
+    /// with every candidate ever re-timed.
+    fn prune_measured(&mut self) {
+        let best = self.best.as_ref().map(|b| b.iteration);
+        let keep: std::collections::BTreeSet<u64> = self
+            .confirming
+            .keys()
+            .copied()
+            .chain(self.retimes.values().map(|w| w.iteration))
+            .chain(best)
+            .collect();
+        self.measured.retain(|it, _| keep.contains(it));
     }
 
     fn retime_entry(&mut self, request: Option<u64>, iteration: u64) -> Option<&mut RetimeWork> {
@@ -173,7 +225,14 @@ impl GoalProjection {
     /// The re-time events' part of `apply`.
     fn apply_retime(&mut self, ev: &Event) {
         match &ev.kind {
-            EventKind::WinPending { best, source_hash } => {
+            EventKind::WinPending {
+                best,
+                source_hash,
+                pooled,
+            } => {
+                if let Some(p) = pooled {
+                    self.measured(best.iteration, p);
+                }
                 self.confirming.insert(
                     best.iteration,
                     RetimeWork {
@@ -186,6 +245,7 @@ impl GoalProjection {
                         best: Some(best.clone()),
                         revalidate: None,
                         times: 1,
+                        for_best: false,
                         done: 0,
                         attempts: 0,
                         aborted: 0,
@@ -200,6 +260,7 @@ impl GoalProjection {
                 source_hash,
                 times,
                 revalidate,
+                for_best,
                 ..
             } => {
                 self.retimes.insert(
@@ -214,6 +275,7 @@ impl GoalProjection {
                         best: None,
                         revalidate: revalidate.clone(),
                         times: *times,
+                        for_best: *for_best,
                         done: 0,
                         attempts: 0,
                         aborted: 0,
@@ -238,10 +300,15 @@ impl GoalProjection {
                 iteration,
                 request,
                 result,
+                pooled,
                 ..
             } => {
                 self.gpu_ms += (result.elapsed_s * 1000.0).max(0.0) as u64;
+                if let Some(p) = pooled {
+                    self.measured(*iteration, p);
+                }
                 match request {
+                    // The win check in the same commit decides (and prunes).
                     None => {
                         self.confirming.remove(iteration);
                     }
@@ -252,6 +319,7 @@ impl GoalProjection {
                             w.aborted = 0;
                             if w.done >= w.times {
                                 self.retimes.remove(r);
+                                self.prune_measured();
                             }
                         }
                     }
@@ -264,6 +332,10 @@ impl GoalProjection {
             } => {
                 self.confirming.remove(iteration);
                 self.confirmations.insert(*iteration, *confirmed);
+                // A confirmed win's measurements are the new best's (`NewBest` follows).
+                if !confirmed {
+                    self.prune_measured();
+                }
             }
             _ => {}
         }
@@ -345,6 +417,7 @@ impl GoalProjection {
             EventKind::NewBest { best, .. } => {
                 self.last_improvement = best.iteration;
                 self.best = Some(best.clone());
+                self.prune_measured();
             }
             EventKind::EvaluationAborted { iteration, .. } => {
                 if let Some(p) = self.pending.get_mut(iteration) {
@@ -433,6 +506,7 @@ pub(crate) fn test_spec(seed_source: &str) -> GoalSpec {
             gpus: 1,
             priority: 0,
         },
+        timing: None,
     }
 }
 

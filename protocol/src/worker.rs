@@ -101,6 +101,11 @@ pub struct Timing {
     pub max_reps: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_noise_pct: Option<f64>,
+    /// How the objective is timed (`gpu` or `as_called`): the goal's `timing`, sent by the
+    /// daemon for every goal that names one (all goals enqueued since issue 23). The
+    /// judge answers with what each figure is (`ShapeTiming::timing`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<crate::wire::TimingMethod>,
 }
 
 impl Timing {
