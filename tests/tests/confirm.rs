@@ -97,10 +97,7 @@ fn a_new_best_is_retimed_before_new_best_through_the_real_harness() {
     let EventKind::NewBest { best: decided, .. } = &events[new_best].kind else {
         unreachable!()
     };
-    assert_eq!(
-        (decided.speedup, decided.measurements),
-        (s, Some(2))
-    );
+    assert_eq!((decided.speedup, decided.measurements), (s, Some(2)));
     // kerneld then measured the new best until it had ten readings (the goal ran on
     // until they were done), and the best's figure is all of them pooled.
     let asked = events.iter().any(|e| {

@@ -165,7 +165,7 @@ fn spec_fields(spec: &GoalSpec, shapes: String) -> Vec<(&'static str, String)> {
                 spec.objective,
                 spec.baseline,
                 match spec.timing {
-                    Some(m) => format!("timed as {} (timing = \"{m}\")", m.label()),
+                    Some(m) => format!("{} (timing = \"{m}\")", m.label()),
                     None => "timed as the judge's default (the goal names no timing)".into(),
                 }
             ),
@@ -341,7 +341,7 @@ mod tests {
         d.recent[0].result.timing = Some("gpu".into());
         let text = show(&d, Mode::Gpu, Paint::OFF);
         assert!(
-            text.contains("vs torch_fp32, timed as GPU time (timing = \"gpu\")"),
+            text.contains("vs torch_fp32, GPU time (timing = \"gpu\")"),
             "{text}"
         );
         assert!(

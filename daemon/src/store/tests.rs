@@ -426,16 +426,15 @@ fn pooled_measurements_check_sound_in_old_and_new_logs() {
         measurements: n,
         timing: None,
     };
-    let finished = |it: u64, r: EvalResult, request: Option<u64>, pooled| {
-        EventKind::RetimeFinished {
+    let finished =
+        |it: u64, r: EvalResult, request: Option<u64>, pooled| EventKind::RetimeFinished {
             iteration: it,
             candidate: format!("c{it}"),
             device: "cpu".into(),
             result: r,
             request,
             pooled,
-        }
-    };
+        };
     let checked = |it: u64, s: f64| EventKind::WinChecked {
         iteration: it,
         candidate: format!("c{it}"),
