@@ -628,6 +628,12 @@ fn man_pages_come_from_the_clap_definition() {
         report.contains(".png") && report.contains(".html"),
         "{report}"
     );
+    // The goal file's keys, `timing` with its values (issue #23).
+    let enqueue = std::fs::read_to_string(dir.path().join("kernelctl-enqueue.1")).unwrap();
+    assert!(
+        enqueue.contains("timing") && enqueue.contains("as_called"),
+        "{enqueue}"
+    );
 }
 
 /// -o picks the format by extension: PNG (a real image), HTML (chart and table), and a
