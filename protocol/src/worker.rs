@@ -5,7 +5,7 @@
 //! by it; these types are the rest of the line. Replies tolerate fields they do not name
 //! (the worker may add some); requests carry only what the daemon decides. The timing
 //! defaults live in the harness alone (`kernels/harness/evaluate.py` `DEFAULT_TIMING`):
-//! a request carries `timing` only with what a goal overrides.
+//! a request carries `timing` only with what a goal sets (its `mode`, issue #23).
 //!
 //! `protocol/golden/worker/*.json` holds one example of every message; the Rust test
 //! (`protocol/tests/golden.rs`) and the harness's Python tests read the same files.
