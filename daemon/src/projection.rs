@@ -176,14 +176,23 @@ impl GoalProjection {
     }
 
     /// Re-times owed, confirmations first (a win waits on them), then requests (kerneld's
-    /// own for a new best only while the goal runs).
+    /// own for a new best only while the goal runs and the candidate is still its best).
     pub fn retime_work(&self) -> impl Iterator<Item = &RetimeWork> {
-        let running = self.state == GoalState::Running;
         self.confirming.values().chain(
             self.retimes
                 .values()
-                .filter(move |w| running || !w.for_best),
+                .filter(|w| !w.for_best || self.tops_up(w)),
         )
+    }
+
+    /// Whether kerneld's re-times of a best (`for_best`) are still owed: a stopped goal
+    /// has no challengers to face, and a best since replaced needs none.
+    pub fn tops_up(&self, w: &RetimeWork) -> bool {
+        self.state == GoalState::Running
+            && self
+                .best
+                .as_ref()
+                .is_some_and(|b| b.iteration == w.iteration)
     }
 
     /// A measurement of `iteration` pooled into `now`: the goal learns its noise, and a
@@ -571,6 +580,73 @@ mod tests {
         let p = &g.pending[&1];
         assert_eq!(p.attempts, 3);
         assert_eq!(p.unexplained_starts(), 1);
+    }
+
+    #[test]
+    fn kerneld_tops_up_only_a_running_goals_current_best() {
+        let mut g = GoalProjection::new("g1", test_spec("x"), 0, 0);
+        let best = |it: u64| BestSummary {
+            candidate: format!("c{it}"),
+            seed: "a.py".into(),
+            config: json!({}),
+            speedup: 1.0 + it as f64,
+            spread_pct: 1.0,
+            iteration: it,
+            interpreted: false,
+            environment: None,
+            measurements: Some(2),
+            timing: None,
+        };
+        let mut seq = 0;
+        let mut at = |g: &mut GoalProjection, kind| {
+            seq += 1;
+            g.apply(&ev(seq, kind));
+        };
+        at(
+            &mut g,
+            EventKind::GoalStateChanged {
+                from: GoalState::Queued,
+                to: GoalState::Running,
+                reason: None,
+            },
+        );
+        at(
+            &mut g,
+            EventKind::NewBest {
+                best: best(1),
+                previous: None,
+            },
+        );
+        at(
+            &mut g,
+            EventKind::RetimeRequested {
+                iteration: 1,
+                candidate: "c1".into(),
+                seed: "a.py".into(),
+                config: json!({}),
+                source_hash: None,
+                times: 8,
+                by_uid: 0,
+                revalidate: None,
+                for_best: true,
+            },
+        );
+        assert_eq!(g.retime_work().count(), 1);
+        // A newer best: the old one's re-times are no longer owed.
+        at(
+            &mut g,
+            EventKind::NewBest {
+                best: best(2),
+                previous: Some(2.0),
+            },
+        );
+        assert_eq!(g.retime_work().count(), 0);
+        assert_eq!(g.retimes.len(), 1);
+        // Nor any once the goal stopped.
+        g.best = Some(best(1));
+        assert_eq!(g.retime_work().count(), 1);
+        g.state = GoalState::Completed;
+        assert_eq!(g.retime_work().count(), 0);
     }
 
     #[test]

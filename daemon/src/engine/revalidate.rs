@@ -51,8 +51,9 @@ pub(super) fn revalidated(
     let (held, rule) = noise::holds(now, was);
     let noise_pct = Z_WIN * noise::se_diff_pct(&now, &was);
     let reason = format!(
-        "now {:.3}× (measured {} over {} measurements; a loss must exceed {noise_pct:.1}%): {}",
+        "now {:.3}× {} (measured {} over {} measurements; a loss must exceed {noise_pct:.1}%): {}",
         now.speedup,
+        retime.timing_label(),
         wins::figure_text(&was),
         was.n,
         if held {

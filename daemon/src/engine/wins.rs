@@ -126,7 +126,8 @@ pub(super) fn check_win(
     let best = best_figure(proj, &prior);
     let (won, rule) = noise::beats(fig, best);
     let read = format!(
-        "re-timed at {again:.3}× (first {:.3}×): {} over {} measurements",
+        "re-timed at {again:.3}× {} (first {:.3}×): {} over {} measurements",
+        retime.timing_label(),
         first.speedup,
         figure_text(&fig),
         fig.n
@@ -282,6 +283,10 @@ pub(super) mod tests {
             panic!("no check")
         };
         assert!(confirmed, "{reason}");
+        assert!(
+            reason.starts_with("re-timed at 1.800× GPU time (first 2.000×)"),
+            "{reason}"
+        );
         // The pooled estimate: the geomean of the two readings, not the lower one.
         let pooled_speedup = (2.0f64 * 1.8).sqrt();
         assert!((speedup.unwrap() - pooled_speedup).abs() < 1e-9);

@@ -197,9 +197,10 @@ impl Engine {
             }
         }
         let done = results.len() as u32;
-        // kerneld's own re-times of a best are owed only while the goal runs.
+        // kerneld's own re-times of a best are owed only while the goal runs and the
+        // candidate is its best (`GoalProjection::tops_up`).
         let never = matches!(state, GoalState::Cancelled | GoalState::Failed)
-            || (*for_best && state == GoalState::Completed);
+            || (*for_best && (state == GoalState::Completed || best != Some(*iteration)));
         Ok(RetimeReport {
             goal: id,
             request: *request,
