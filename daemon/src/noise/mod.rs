@@ -37,8 +37,8 @@ mod sim;
 /// known and the noise normal; they are estimated (early in a goal from a few repeats: the
 /// new best's own) and the noise is heavy-tailed (one reading in twenty at three times
 /// the usual spread), which put 5–6 % of equal candidates past 1.645 and up to 5.3 % past
-/// 1.8 in the simulation. At 1.85 equal candidates pass 3–4 % (H200 and noisy regime
-/// alike) while a 5 % better one passes ≥ 96.5 % on the H200 (sim.rs prints the rates).
+/// 1.8 in the simulation. At 1.85 equal candidates pass 3.6–4.4 % (H200 and noisy regime
+/// alike) while a 5 % better one passes 96.7 % on the H200 (sim.rs prints the rates).
 pub const Z_WIN: f64 = 1.85;
 
 /// z a FIRST reading must clear to be re-timed at all (a would-be best: `WinPending`).
@@ -50,9 +50,9 @@ pub const Z_SCREEN: f64 = 0.25;
 
 /// Measurements a new best gets before challengers face it at full precision: its first
 /// evaluation, its confirmation, and re-times that kerneld asks for (`for_best`) while the
-/// goal runs. With two (the old rule) a 5 % better challenger passes only ~91 % within its
-/// two evaluations at the H200's noise whatever the z: the best's own noise is half the
-/// difference's. Eight more re-times per new best (a handful of bests a night, a re-time
+/// goal runs. With two (the old rule) a 5 % better challenger passes ~91 % at most within
+/// its two evaluations at the H200's noise (z 1.645, which already lets 5.6 % of equal ones
+/// through): the best's own noise is half the difference's. Eight more re-times per new best (a handful of bests a night, a re-time
 /// costing less than an evaluation) bring it to ≥ 96.5 %; its reported figure is then
 /// pooled over ten.
 pub const BEST_MEASUREMENTS: u32 = 10;
@@ -68,8 +68,8 @@ pub const PRIOR_WEIGHT: f64 = 4.0;
 /// deviation of one measurement's log-speedup, %. Of the order of the H200's noisiest
 /// kernel-bound shape (candidate 4.5 %, baseline 1.2 % CV: 4.7 %) and far above its
 /// quiet ones. It weighs as one degree of freedom: where the goal is much noisier it
-/// would pull the prior down (two degrees of freedom let 5.8 % of equal candidates through
-/// in the noisy regime's simulation), so the goal's own repeats take over at once.
+/// pulls the prior down (with two, 5.2–5.8 % of equal candidates passed in the noisy
+/// regime's simulation at z 1.8), so the goal's own repeats take over at once.
 pub const DEFAULT_NOISE_PCT: f64 = 3.0;
 pub const DEFAULT_WEIGHT: f64 = 1.0;
 
