@@ -58,7 +58,7 @@ pub struct RetimeWork {
     pub revalidate: Option<crate::wire::Revalidation>,
     pub times: u32,
     /// Asked by kerneld for a new best (`retime_requested`'s `for_best`): owed only while
-    /// the goal runs (a finished goal has no challengers to face).
+    /// a challenger may come (`GoalProjection::tops_up`).
     #[serde(default)]
     pub for_best: bool,
     /// Re-times with a recorded result.
@@ -176,7 +176,7 @@ impl GoalProjection {
     }
 
     /// Re-times owed, confirmations first (a win waits on them), then requests (kerneld's
-    /// own for a new best only while the goal runs and the candidate is still its best).
+    /// own for a new best only while a challenger may come and it is still the best).
     pub fn retime_work(&self) -> impl Iterator<Item = &RetimeWork> {
         self.confirming.values().chain(
             self.retimes
@@ -185,14 +185,26 @@ impl GoalProjection {
         )
     }
 
-    /// Whether kerneld's re-times of a best (`for_best`) are still owed: a stopped goal
-    /// has no challengers to face, and a best since replaced needs none.
+    /// Whether kerneld's re-times of a best (`for_best`) are still owed: a best since
+    /// replaced needs none, nor one no challenger can come to.
     pub fn tops_up(&self, w: &RetimeWork) -> bool {
-        self.state == GoalState::Running
+        self.may_be_challenged()
             && self
                 .best
                 .as_ref()
                 .is_some_and(|b| b.iteration == w.iteration)
+    }
+
+    /// Whether a challenger may still come: the goal runs, and its iteration budget is not
+    /// spent or an evaluation is still in flight. (A wall or GPU budget ends the goal when
+    /// it runs out, which stops the re-times too.)
+    pub fn may_be_challenged(&self) -> bool {
+        let spent = self
+            .spec
+            .budget
+            .iterations
+            .is_some_and(|n| self.iteration >= n);
+        self.state == GoalState::Running && (!spent || !self.pending.is_empty())
     }
 
     /// A measurement of `iteration` pooled into `now`: the goal learns its noise, and a

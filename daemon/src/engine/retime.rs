@@ -155,8 +155,9 @@ impl Engine {
         let before = wins::before(&proj, w.iteration, first);
         let pooled = crate::noise::pool(before.as_ref(), &result);
         let (checked, best) = check_win(w, &proj, &result, pooled.as_ref());
+        // Only where a challenger may still come (not after the last iteration's win).
         let top_up = match &best {
-            Some(EventKind::NewBest { best, .. }) => {
+            Some(EventKind::NewBest { best, .. }) if proj.may_be_challenged() => {
                 wins::top_up(w, best.measurements.unwrap_or(1), own_uid())
             }
             _ => None,

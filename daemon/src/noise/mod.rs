@@ -49,8 +49,8 @@ pub const Z_WIN: f64 = 1.85;
 pub const Z_SCREEN: f64 = 0.25;
 
 /// Measurements a new best gets before challengers face it at full precision: its first
-/// evaluation, its confirmation, and re-times that kerneld asks for (`for_best`) while the
-/// goal runs. With two (the old rule) a 5 % better challenger passes ~91 % at most within
+/// evaluation, its confirmation, and re-times that kerneld asks for (`for_best`) while a
+/// challenger may still come (the goal runs, its iteration budget not spent). With two (the old rule) a 5 % better challenger passes ~91 % at most within
 /// its two evaluations at the H200's noise (z 1.645, which already lets 5.6 % of equal ones
 /// through): the best's own noise is half the difference's. Eight more re-times per new best (a handful of bests a night, a re-time
 /// costing less than an evaluation) bring it to ≥ 96.5 %; its reported figure is then

@@ -166,13 +166,15 @@ impl Engine {
                 _ => None,
             })
             .collect();
-        let (state, noise, best) = {
+        let (state, noise, best, tops_up) = {
             let st = self.state.lock().unwrap();
             let g = &st.goals[&id].proj;
+            let open = g.retimes.get(request);
             (
                 g.state,
                 g.noise.clone(),
                 g.best.as_ref().map(|b| b.iteration),
+                open.is_some_and(|w| g.tops_up(w)),
             )
         };
         // The candidate's figure over ALL its measurements (its first evaluation and every
@@ -197,10 +199,10 @@ impl Engine {
             }
         }
         let done = results.len() as u32;
-        // kerneld's own re-times of a best are owed only while the goal runs and the
-        // candidate is its best (`GoalProjection::tops_up`).
-        let never = matches!(state, GoalState::Cancelled | GoalState::Failed)
-            || (*for_best && (state == GoalState::Completed || best != Some(*iteration)));
+        // kerneld's own re-times of a best are owed only while a challenger may come and
+        // the candidate is the best (`GoalProjection::tops_up`).
+        let never =
+            matches!(state, GoalState::Cancelled | GoalState::Failed) || (*for_best && !tops_up);
         Ok(RetimeReport {
             goal: id,
             request: *request,
