@@ -62,6 +62,12 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Command {
     /// Enqueue the goal in FILE; prints the goal's id
+    ///
+    /// The goal file (TOML, README "A goal file"): name, task, seed, objective, baseline,
+    /// shapes, timing, and the tables [budget], [stop], [agent], [resources]. `timing` is
+    /// how the objective is timed: "gpu" (the default; the GPU time of the call's work,
+    /// calls replayed from a CUDA graph) or "as_called" (host-inclusive, each call launched
+    /// from Python). Unknown keys and bad values are refused with file:line:column.
     Enqueue {
         /// The goal file (TOML)
         file: PathBuf,
@@ -143,7 +149,9 @@ pub enum Command {
     },
     /// Re-time a candidate N times (each a fresh runner, interleaved with a freshly timed
     /// baseline) and print the stability: per-shape medians, the geomean speedup's CV, the
-    /// largest deviation of any shape's median (candidate and baseline)
+    /// largest deviation of any shape's median (candidate and baseline), what the figures
+    /// are (GPU time, as called, interpreted) and the candidate's speedup pooled over all
+    /// its measurements, the figure the win rule uses (re-times of the best tighten it)
     Retime {
         /// The goal's id or name
         goal: String,
@@ -170,7 +178,9 @@ pub enum Command {
         since: String,
     },
     /// Re-measure the goal's best few candidates now and say whether each still holds its
-    /// win beyond noise (after a driver, CUDA, torch or triton upgrade); exits 1 if one did not
+    /// win beyond noise (after a driver, CUDA, torch or triton upgrade): lost when the new
+    /// reading is below the candidate's pooled figure by more than the noise of both; exits
+    /// 1 if one did not hold
     Revalidate {
         /// The goal's id or name
         goal: String,

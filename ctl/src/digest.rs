@@ -62,6 +62,8 @@ pub struct NewBest {
     pub speedup: f64,
     pub previous: Option<f64>,
     pub interpreted: bool,
+    /// What the speedup is: "GPU time, pooled over 2 measurements", "as called", ...
+    pub timing: String,
 }
 
 /// "12h", "90m", "2d", "1h30m" → seconds.
@@ -126,6 +128,7 @@ pub fn digest(events: &[Event], since_ms: u64, until_ms: u64) -> Digest {
                 speedup: best.speedup,
                 previous: *previous,
                 interpreted: best.interpreted,
+                timing: render::best_kind(best),
             }),
             EventKind::EvaluationFinished { result, .. } => {
                 *d.evaluations
@@ -281,16 +284,17 @@ pub fn render(d: &Digest, window: &str, paint: Paint) -> String {
             format!("from {}", render::speedup(p))
         });
         let star = if b.interpreted {
-            " (interpreted: not a GPU figure)"
+            ": not a GPU figure"
         } else {
             ""
         };
         let _ = writeln!(
             out,
-            "  {} {}  {} at iteration {} ({from}){star}",
+            "  {} {}  {} ({}{star}) at iteration {} ({from})",
             b.goal,
             b.name,
             render::speedup(b.speedup),
+            b.timing,
             b.iteration
         );
     }

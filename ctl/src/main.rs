@@ -412,15 +412,16 @@ fn best(ctx: &Ctx, goal: String, output: Option<&Path>) -> Result<u8, Failure> {
             write_file(path, best.source.as_bytes())?;
             let s = &best.summary;
             let interp = if s.interpreted {
-                ", interpreted: not a GPU figure"
+                ": not a GPU figure"
             } else {
                 ""
             };
             ctx.note(&format!(
-                "wrote {}: {} {} at iteration {} (candidate {}, seed {}, config {}{interp})",
+                "wrote {}: {} {} ({}{interp}) at iteration {} (candidate {}, seed {}, config {})",
                 path.display(),
                 render::speedup(s.speedup),
                 render::percent(s.spread_pct),
+                render::best_kind(s),
                 s.iteration,
                 render::short_id(&s.candidate),
                 s.seed,

@@ -98,6 +98,9 @@ pub(crate) fn summary(r: &RetimeReport, paint: Paint) -> String {
         s.n,
         r.times
     );
+    if let Some(t) = &s.timing {
+        let _ = writeln!(out, "  figures: {t}");
+    }
     let _ = writeln!(
         out,
         "  geomean speedup  median {}  CV {}\n  baseline geomean time  CV {}\n  largest shape deviation from its median  candidate {}  baseline {}",
@@ -107,6 +110,21 @@ pub(crate) fn summary(r: &RetimeReport, paint: Paint) -> String {
         pct(s.candidate_max_dev_pct),
         pct(s.baseline_max_dev_pct)
     );
+    // What the win rule uses: every measurement of the candidate pooled (issue #23).
+    if let Some(f) = &r.pooled {
+        let _ = writeln!(
+            out,
+            "  pooled over all {} measurements (first evaluation and every re-time): {} ±{:.1}% (95 %){}",
+            f.n,
+            speedup(f.speedup),
+            f.ci95_pct(),
+            if r.is_best {
+                ": the best's figure, its interval tightened"
+            } else {
+                ""
+            }
+        );
+    }
     let rows: Vec<Vec<Cell>> = s
         .shapes
         .iter()
@@ -196,6 +214,19 @@ pub(crate) fn event_summary(kind: &EventKind, fit_text: Fit) -> (String, Option<
                 best.iteration,
                 short_id(&best.candidate),
                 speedup(best.speedup)
+            ),
+            Some(Style::Dim),
+        ),
+        EventKind::RetimeRequested {
+            iteration,
+            candidate,
+            times,
+            for_best: true,
+            ..
+        } => (
+            format!(
+                "#{iteration} {}: {times} re-times asked by kerneld for the new best (its own noise, before challengers face it)",
+                short_id(candidate)
             ),
             Some(Style::Dim),
         ),

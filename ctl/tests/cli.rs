@@ -148,6 +148,8 @@ fn best_summary(iteration: u64, speedup: f64) -> BestSummary {
         iteration,
         interpreted: false,
         environment: None,
+        measurements: Some(10),
+        timing: Some("gpu".into()),
     }
 }
 
@@ -167,6 +169,7 @@ fn finished(seq: u64, iteration: u64, speedup: Option<f64>) -> Value {
             correct: true,
             speedup: Some(s),
             spread_pct: Some(1.5),
+            timing: Some("gpu".into()),
             ..EvalResult::failure(ResultClass::Ok, "", 2.0)
         },
         None => EvalResult::failure(ResultClass::CompileError, "triton: out of resources", 2.0),
@@ -469,7 +472,7 @@ fn report_writes_an_svg() {
     let out = fake.run(&["report", "g-1"]);
     assert_eq!(out.status.code(), Some(0));
     assert!(
-        text(&out.stdout).contains("best 2.50× at iteration 3"),
+        text(&out.stdout).contains("best 2.50× (GPU time) at iteration 3"),
         "{}",
         text(&out.stdout)
     );
@@ -624,6 +627,12 @@ fn man_pages_come_from_the_clap_definition() {
     assert!(
         report.contains(".png") && report.contains(".html"),
         "{report}"
+    );
+    // The goal file's keys, `timing` with its values (issue #23).
+    let enqueue = std::fs::read_to_string(dir.path().join("kernelctl-enqueue.1")).unwrap();
+    assert!(
+        enqueue.contains("timing") && enqueue.contains("as_called"),
+        "{enqueue}"
     );
 }
 

@@ -14,6 +14,7 @@ pub(crate) mod engine;
 pub mod goal;
 pub mod gpu;
 pub(crate) mod harness;
+pub(crate) mod noise;
 pub(crate) mod projection;
 pub(crate) mod reconfigure;
 pub(crate) mod resolve;

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::wire::{BestSummary, Event, EventKind, GoalSpec, GoalState, GoalSummary};
+use crate::noise::NoisePrior;
+use crate::wire::{BestSummary, Event, EventKind, GoalSpec, GoalState, GoalSummary, Pooled};
 
 /// A candidate proposed but without a recorded result: it is (re-)run before anything new.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -56,6 +57,10 @@ pub struct RetimeWork {
     #[serde(default)]
     pub revalidate: Option<crate::wire::Revalidation>,
     pub times: u32,
+    /// Asked by kerneld for a new best (`retime_requested`'s `for_best`): owed only while
+    /// a challenger may come (`GoalProjection::tops_up`).
+    #[serde(default)]
+    pub for_best: bool,
     /// Re-times with a recorded result.
     pub done: u32,
     /// Starts, and the starts that ended in a recorded abort, of the current re-time.
@@ -142,6 +147,16 @@ pub struct GoalProjection {
     /// evaluations work (absent in projections before it existed: none had tripped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breaker: Option<Breaker>,
+    /// The contenders' measurements pooled per shape (issue #23), by iteration: the best,
+    /// would-be bests awaiting their re-time, candidates with `retime` requests open.
+    /// Taken from the events that carry them (absent in older logs), so a replay of an
+    /// older log folds to what its build stored.
+    #[serde(default)]
+    pub measured: BTreeMap<u64, Pooled>,
+    /// The goal's run-to-run noise per shape, learned from every repeated measurement
+    /// (also of candidates no longer held in `measured`).
+    #[serde(default)]
+    pub noise: NoisePrior,
 }
 
 impl GoalProjection {
@@ -172,12 +187,70 @@ impl GoalProjection {
             retimes: BTreeMap::new(),
             confirmations: BTreeMap::new(),
             breaker: None,
+            measured: BTreeMap::new(),
+            noise: NoisePrior::default(),
         }
     }
 
-    /// Re-times owed, confirmations first (a win waits on them), then requests.
+    /// Re-times owed, confirmations first (a win waits on them), then requests (kerneld's
+    /// own for a new best only while a challenger may come and it is still the best).
     pub fn retime_work(&self) -> impl Iterator<Item = &RetimeWork> {
-        self.confirming.values().chain(self.retimes.values())
+        self.confirming.values().chain(
+            self.retimes
+                .values()
+                .filter(|w| !w.for_best || self.tops_up(w)),
+        )
+    }
+
+    /// Whether kerneld's re-times of a best (`for_best`) are still owed: a best since
+    /// replaced needs none, nor one no challenger can come to.
+    pub fn tops_up(&self, w: &RetimeWork) -> bool {
+        self.may_be_challenged()
+            && self
+                .best
+                .as_ref()
+                .is_some_and(|b| b.iteration == w.iteration)
+    }
+
+    /// Whether a challenger may still come: the goal runs, and its iteration budget is not
+    /// spent or an evaluation is still in flight. (A wall or GPU budget ends the goal when
+    /// it runs out, which stops the re-times too.)
+    pub fn may_be_challenged(&self) -> bool {
+        let spent = self
+            .spec
+            .budget
+            .iterations
+            .is_some_and(|n| self.iteration >= n);
+        self.state == GoalState::Running && (!spent || !self.pending.is_empty())
+    }
+
+    /// A measurement of `iteration` pooled into `now`: the goal learns its noise, and a
+    /// best's figures are its pooled estimate from here on.
+    fn measured(&mut self, iteration: u64, now: &Pooled) {
+        self.noise.learn(self.measured.get(&iteration), now);
+        self.measured.insert(iteration, now.clone());
+        if let Some(b) = self.best.as_mut().filter(|b| b.iteration == iteration) {
+            if let Some(f) = crate::noise::figure(now, &self.noise) {
+                b.speedup = f.speedup;
+                b.spread_pct = f.ci95_pct();
+                b.measurements = Some(f.n);
+            }
+        }
+    }
+
+    /// Keeps the pooled measurements of the contenders only (the prior keeps what the
+    /// others taught): the projection is written at every event, so it must not grow
+    /// with every candidate ever re-timed.
+    fn prune_measured(&mut self) {
+        let best = self.best.as_ref().map(|b| b.iteration);
+        let keep: std::collections::BTreeSet<u64> = self
+            .confirming
+            .keys()
+            .copied()
+            .chain(self.retimes.values().map(|w| w.iteration))
+            .chain(best)
+            .collect();
+        self.measured.retain(|it, _| keep.contains(it));
     }
 
     fn retime_entry(&mut self, request: Option<u64>, iteration: u64) -> Option<&mut RetimeWork> {
@@ -190,7 +263,14 @@ impl GoalProjection {
     /// The re-time events' part of `apply`.
     fn apply_retime(&mut self, ev: &Event) {
         match &ev.kind {
-            EventKind::WinPending { best, source_hash } => {
+            EventKind::WinPending {
+                best,
+                source_hash,
+                pooled,
+            } => {
+                if let Some(p) = pooled {
+                    self.measured(best.iteration, p);
+                }
                 self.confirming.insert(
                     best.iteration,
                     RetimeWork {
@@ -203,6 +283,7 @@ impl GoalProjection {
                         best: Some(best.clone()),
                         revalidate: None,
                         times: 1,
+                        for_best: false,
                         done: 0,
                         attempts: 0,
                         aborted: 0,
@@ -217,6 +298,7 @@ impl GoalProjection {
                 source_hash,
                 times,
                 revalidate,
+                for_best,
                 ..
             } => {
                 self.retimes.insert(
@@ -231,6 +313,7 @@ impl GoalProjection {
                         best: None,
                         revalidate: revalidate.clone(),
                         times: *times,
+                        for_best: *for_best,
                         done: 0,
                         attempts: 0,
                         aborted: 0,
@@ -255,10 +338,15 @@ impl GoalProjection {
                 iteration,
                 request,
                 result,
+                pooled,
                 ..
             } => {
                 self.gpu_ms += (result.elapsed_s * 1000.0).max(0.0) as u64;
+                if let Some(p) = pooled {
+                    self.measured(*iteration, p);
+                }
                 match request {
+                    // The win check in the same commit decides (and prunes).
                     None => {
                         self.confirming.remove(iteration);
                     }
@@ -269,6 +357,7 @@ impl GoalProjection {
                             w.aborted = 0;
                             if w.done >= w.times {
                                 self.retimes.remove(r);
+                                self.prune_measured();
                             }
                         }
                     }
@@ -281,6 +370,10 @@ impl GoalProjection {
             } => {
                 self.confirming.remove(iteration);
                 self.confirmations.insert(*iteration, *confirmed);
+                // A confirmed win's measurements are the new best's (`NewBest` follows).
+                if !confirmed {
+                    self.prune_measured();
+                }
             }
             _ => {}
         }
@@ -381,6 +474,7 @@ impl GoalProjection {
             EventKind::NewBest { best, .. } => {
                 self.last_improvement = best.iteration;
                 self.best = Some(best.clone());
+                self.prune_measured();
             }
             EventKind::EvaluationAborted { iteration, .. } => {
                 if let Some(p) = self.pending.get_mut(iteration) {
@@ -485,6 +579,7 @@ pub(crate) fn test_spec(seed_source: &str) -> GoalSpec {
             gpus: 1,
             priority: 0,
         },
+        timing: None,
     }
 }
 
@@ -588,6 +683,73 @@ mod tests {
         // The worker judged a candidate: the evaluations work.
         g.apply(&ev(14, finished(ResultClass::CompileError)));
         assert_eq!(g.breaker, None);
+    }
+
+    #[test]
+    fn kerneld_tops_up_only_a_running_goals_current_best() {
+        let mut g = GoalProjection::new("g1", test_spec("x"), 0, 0);
+        let best = |it: u64| BestSummary {
+            candidate: format!("c{it}"),
+            seed: "a.py".into(),
+            config: json!({}),
+            speedup: 1.0 + it as f64,
+            spread_pct: 1.0,
+            iteration: it,
+            interpreted: false,
+            environment: None,
+            measurements: Some(2),
+            timing: None,
+        };
+        let mut seq = 0;
+        let mut at = |g: &mut GoalProjection, kind| {
+            seq += 1;
+            g.apply(&ev(seq, kind));
+        };
+        at(
+            &mut g,
+            EventKind::GoalStateChanged {
+                from: GoalState::Queued,
+                to: GoalState::Running,
+                reason: None,
+            },
+        );
+        at(
+            &mut g,
+            EventKind::NewBest {
+                best: best(1),
+                previous: None,
+            },
+        );
+        at(
+            &mut g,
+            EventKind::RetimeRequested {
+                iteration: 1,
+                candidate: "c1".into(),
+                seed: "a.py".into(),
+                config: json!({}),
+                source_hash: None,
+                times: 8,
+                by_uid: 0,
+                revalidate: None,
+                for_best: true,
+            },
+        );
+        assert_eq!(g.retime_work().count(), 1);
+        // A newer best: the old one's re-times are no longer owed.
+        at(
+            &mut g,
+            EventKind::NewBest {
+                best: best(2),
+                previous: Some(2.0),
+            },
+        );
+        assert_eq!(g.retime_work().count(), 0);
+        assert_eq!(g.retimes.len(), 1);
+        // Nor any once the goal stopped.
+        g.best = Some(best(1));
+        assert_eq!(g.retime_work().count(), 1);
+        g.state = GoalState::Completed;
+        assert_eq!(g.retime_work().count(), 0);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! by it; these types are the rest of the line. Replies tolerate fields they do not name
 //! (the worker may add some); requests carry only what the daemon decides. The timing
 //! defaults live in the harness alone (`kernels/harness/evaluate.py` `DEFAULT_TIMING`):
-//! a request carries `timing` only with what a goal overrides.
+//! a request carries `timing` only with what a goal sets (its `mode`, issue #23).
 //!
 //! `protocol/golden/worker/*.json` holds one example of every message; the Rust test
 //! (`protocol/tests/golden.rs`) and the harness's Python tests read the same files.
@@ -101,6 +101,11 @@ pub struct Timing {
     pub max_reps: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_noise_pct: Option<f64>,
+    /// How the objective is timed (`gpu` or `as_called`): the goal's `timing`, sent by the
+    /// daemon for every goal that names one (all goals enqueued since issue 23). The
+    /// judge answers with what each figure is (`ShapeTiming::timing`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<crate::wire::TimingMethod>,
 }
 
 impl Timing {

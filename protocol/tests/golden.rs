@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kerneld_protocol::wire::ResultClass;
+use kerneld_protocol::wire::{ResultClass, TimingMethod};
 use kerneld_protocol::worker::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -70,6 +70,7 @@ fn every_golden_file_is_checked() {
             "describe.request.json",
             "evaluate.aborted.reply.json",
             "evaluate.failed.reply.json",
+            "evaluate.gpu.reply.json",
             "evaluate.refused.reply.json",
             "evaluate.reply.json",
             "evaluate.request.json",
@@ -117,15 +118,29 @@ fn evaluate() {
     let Request::Evaluate(e) = request_round_trip("evaluate.request.json") else {
         panic!("not an evaluate request");
     };
-    // The daemon sends no timing of its own: the harness's DEFAULT_TIMING applies.
-    assert!(e.timing.is_empty());
-    assert!(golden("evaluate.request.json").get("timing").is_none());
+    // The daemon sends the goal's timing method only: the harness's DEFAULT_TIMING
+    // applies to everything else.
+    assert_eq!(
+        e.timing,
+        Timing {
+            mode: Some(TimingMethod::Gpu),
+            ..Timing::default()
+        }
+    );
+    assert_eq!(
+        golden("evaluate.request.json")["timing"],
+        json!({"mode": "gpu"})
+    );
 
     let ok: Reply<Evaluated> = serde_json::from_value(golden("evaluate.reply.json")).unwrap();
     let result = ok.into_body().unwrap().result.expect("a result");
     assert_eq!(result.class, ResultClass::Ok);
     assert!(result.correct && result.interpreted && result.speedup.is_some());
     assert!(!result.shapes.is_empty() && result.config.is_some());
+    // Before issue 23's judge: no method named (CPU mode: interpreted figures).
+    assert_eq!(result.timing, None);
+    assert_eq!(result.timing_label(), "interpreted");
+    assert!(result.shapes[0].baseline_ci_pct.is_some());
     tolerant::<Reply<Evaluated>>("evaluate.reply.json");
 
     // A failed result is still an `ok` reply.
@@ -139,6 +154,35 @@ fn evaluate() {
     assert!(refused.into_body().unwrap_err().contains("no task.toml"));
     let aborted: Reply<Evaluated> = round_trip("evaluate.aborted.reply.json");
     assert!(aborted.aborted && !aborted.ok);
+}
+
+/// A GPU judge's result (issue #23): what each figure is, both figures where it measured
+/// both, the baseline's interval, and why a shape was timed otherwise than asked.
+#[test]
+fn evaluate_on_a_gpu_says_which_figure_each_number_is() {
+    let ok: Reply<Evaluated> = serde_json::from_value(golden("evaluate.gpu.reply.json")).unwrap();
+    let r = ok.into_body().unwrap().result.expect("a result");
+    assert!(r.is_scored() && !r.interpreted);
+    assert_eq!(r.timing.as_deref(), Some("gpu"));
+    assert_eq!(r.timing_label(), "GPU time");
+    let (graph, eager) = (&r.shapes[0], &r.shapes[1]);
+    assert_eq!(graph.timing_label(false), "GPU time");
+    assert_eq!(
+        (graph.gpu_us, graph.as_called_us),
+        (Some(graph.median_us), Some(214.95))
+    );
+    assert_eq!(graph.baseline_ci_pct, Some(0.09));
+    assert_eq!(eager.timing_label(false), "as called");
+    assert_eq!(eager.gpu_us, None);
+    assert!(eager
+        .timing_note
+        .as_deref()
+        .unwrap()
+        .contains("cannot be captured in a CUDA graph"));
+    // Every new field is optional: written back without them when absent.
+    let back = serde_json::to_value(&r.shapes[1]).unwrap();
+    assert!(back.get("gpu_us").is_none() && back.get("timing").is_some());
+    tolerant::<Reply<Evaluated>>("evaluate.gpu.reply.json");
 }
 
 #[test]
@@ -162,6 +206,14 @@ fn timing_overrides_carry_only_what_is_set() {
         ..Timing::default()
     };
     assert_eq!(serde_json::to_value(&t).unwrap(), json!({"max_reps": 50}));
+    let t = Timing {
+        mode: Some(TimingMethod::AsCalled),
+        ..Timing::default()
+    };
+    assert_eq!(
+        serde_json::to_value(&t).unwrap(),
+        json!({"mode": "as_called"})
+    );
 }
 
 #[test]

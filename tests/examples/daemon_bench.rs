@@ -65,16 +65,10 @@ fn result(it: u64) -> EvalResult {
     r.speedup = Some(1.0 + (it % 17) as f64 / 10.0);
     r.spread_pct = Some(0.8);
     r.shapes = vec![wire::ShapeTiming {
-        shape: "m64".into(),
-        median_us: 812.0,
         spread_pct: 0.8,
-        baseline_us: 990.0,
         baseline_spread_pct: 0.6,
-        speedup: 1.22,
         gbps: Some(3.1),
-        tflops: None,
-        pct_roofline: None,
-        ci_pct: None,
+        ..wire::ShapeTiming::new("m64", 812.0, 990.0)
     }];
     r.checks = json!([{"shape": "m64", "seed": 11, "output": "c", "rel_rmse": 2e-7, "max_err": 1e-6, "passed": true}]);
     r.device = json!({"uuid": "cpu", "name": "cpu"});
@@ -135,6 +129,8 @@ fn goal_events(id: &str, iterations: u64, active: Option<GoalState>) -> Vec<NewE
                     iteration: it,
                     interpreted: true,
                     environment: None,
+                    measurements: None,
+                    timing: None,
                 },
                 previous: None,
             }));

@@ -110,11 +110,12 @@ pub fn event_summary(kind: &EventKind, fit_text: Fit) -> (String, Option<Style>)
         EventKind::NewBest { best, previous } => {
             let before = previous.map_or(String::new(), |p| format!(" (was {})", speedup(p)));
             let text = format!(
-                "#{} {} {} {}{before}",
+                "#{} {} {} {} ({}){before}",
                 best.iteration,
                 short_id(&best.candidate),
                 speedup(best.speedup),
-                percent(best.spread_pct)
+                percent(best.spread_pct),
+                super::best_kind(best)
             );
             (text, Some(Style::Bold))
         }
@@ -215,16 +216,15 @@ pub fn event_summary(kind: &EventKind, fit_text: Fit) -> (String, Option<Style>)
     }
 }
 
-/// `ok 1.85× ±2.1%` or `wrong_result: shape s16 seed 3`.
+/// `ok 1.85× ±2.1% (GPU time)` or `wrong_result: shape s16 seed 3`: a speedup says
+/// which figure it is ("GPU time", "as called", "interpreted").
 pub fn result_summary(r: &EvalResult, fit_text: Fit) -> String {
-    let interp = if r.interpreted { " (interpreted)" } else { "" };
     match (r.class, r.speedup) {
         (ResultClass::Ok, Some(s)) => {
-            format!(
-                "ok {} {}{interp}",
-                speedup(s),
-                r.spread_pct.map_or(String::new(), percent)
-            )
+            let spread = r
+                .spread_pct
+                .map_or(String::new(), |p| format!(" {}", percent(p)));
+            format!("ok {}{spread} ({})", speedup(s), r.timing_label())
         }
         (class, _) => match &r.message {
             Some(m) => format!("{}: {}", class.as_str(), fit(m, 80, fit_text)),

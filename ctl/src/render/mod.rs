@@ -15,7 +15,8 @@ pub use crate::term::{
 };
 
 use kerneld_protocol::wire::{
-    BestSummary, GoalState, GoalSummary, GpusResult, Health, ResultClass, SandboxStatus,
+    BestSummary, GoalState, GoalSummary, GpusResult, Health, ResultClass, SandboxStatus, LABEL_GPU,
+    LABEL_INTERPRETED,
 };
 
 // ---------------------------------------------------------------------------
@@ -179,6 +180,29 @@ pub fn percent(x: f64) -> String {
     }
 }
 
+/// What a best's figure is: `GPU time, pooled over 10 measurements` (issue #23), or its
+/// label alone for a best decided before pooling.
+pub fn best_kind(b: &BestSummary) -> String {
+    match b.measurements {
+        Some(n) => format!(
+            "{}, pooled over {n} measurement{}",
+            b.timing_label(),
+            if n == 1 { "" } else { "s" }
+        ),
+        None => b.timing_label().to_string(),
+    }
+}
+
+/// The mark a best's figure gets in tables, and what it means (one footnote per mark):
+/// interpreted (CPU mode) and "as called" figures are not the GPU time of the kernel.
+fn best_mark(b: &BestSummary) -> &'static str {
+    match b.timing_label() {
+        LABEL_INTERPRETED => "*",
+        LABEL_GPU => "",
+        _ => "†",
+    }
+}
+
 /// A duration for people: `42s`, `5m12s`, `3h04m`, `2d03h`.
 pub fn duration(seconds: f64) -> String {
     if !seconds.is_finite() || seconds < 0.0 {
@@ -210,11 +234,11 @@ const STATUS_HEADERS: [&str; 10] = [
     "REASON",
 ];
 
-/// The best speedup, starred when it was measured under the interpreter (not a GPU figure).
+/// The best speedup, marked when it is not the GPU time (`best_mark`).
 fn best_cells(best: Option<&BestSummary>) -> (Cell, Cell) {
     match best {
         Some(b) => {
-            let star = if b.interpreted { "*" } else { "" };
+            let star = best_mark(b);
             (
                 Cell::num(format!("{}{star}", speedup(b.speedup))),
                 Cell::num(percent(b.spread_pct)),
@@ -260,11 +284,16 @@ pub fn status_table(goals: &[GoalSummary], paint: Paint) -> String {
             out.push_str(&format!("{} {}: {c}\n", g.id, g.name));
         }
     }
-    if goals
-        .iter()
-        .any(|g| g.best.as_ref().is_some_and(|b| b.interpreted))
-    {
+    let marked = |mark: &str| {
+        goals
+            .iter()
+            .any(|g| g.best.as_ref().is_some_and(|b| best_mark(b) == mark))
+    };
+    if marked("*") {
         out.push_str("* measured under the Triton interpreter (CPU mode): not a GPU speedup\n");
+    }
+    if marked("†") {
+        out.push_str("† timed as called (host-inclusive, each call launched from Python), not the GPU time\n");
     }
     out
 }
@@ -273,9 +302,10 @@ pub fn status_table(goals: &[GoalSummary], paint: Paint) -> String {
 pub fn status_line(g: &GoalSummary, paint: Paint, fit_text: Fit) -> String {
     let best = g.best.as_ref().map_or("best -".to_string(), |b| {
         format!(
-            "best {} {} (iter {})",
+            "best {} {} {} (iter {})",
             speedup(b.speedup),
             percent(b.spread_pct),
+            b.timing_label(),
             b.iteration
         )
     });
@@ -456,6 +486,8 @@ mod tests {
                 iteration: 9,
                 interpreted: false,
                 environment: None,
+                measurements: Some(10),
+                timing: Some("gpu".into()),
             }),
             priority: 0,
             gpus: 1,
@@ -577,7 +609,10 @@ mod tests {
             Fit::Cut,
         );
         assert!(!line.contains('\n'));
-        assert!(line.contains("best 2.00× ±2.5% (iter 9)"));
+        assert!(
+            line.contains("best 2.00× ±2.5% GPU time (iter 9)"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -101,12 +101,28 @@ pub fn show(detail: &GoalDetail, mode: Mode, paint: Paint) -> String {
             "CLASS",
             "SPEEDUP",
             "SPREAD",
+            "TIMED",
             "TIME",
             "MESSAGE",
         ],
         &rows,
         paint,
     ));
+    // Why a shape was timed otherwise than the goal asked (the judge's note), once each.
+    let mut notes: Vec<String> = Vec::new();
+    for e in &detail.recent {
+        for t in &e.result.shapes {
+            if let Some(n) = &t.timing_note {
+                let line = format!("#{} {}: {}", e.iteration, t.shape, truncate(n, 120));
+                if !notes.contains(&line) {
+                    notes.push(line);
+                }
+            }
+        }
+    }
+    for n in notes {
+        let _ = writeln!(out, "  {}", paint.paint(&n, Some(Style::Yellow)));
+    }
     if let Some(t) = super::phases::table_of(&detail.recent, paint) {
         out.push('\n');
         out.push_str(&paint.paint("where the time went (seconds per phase)", Some(Style::Bold)));
@@ -116,9 +132,11 @@ pub fn show(detail: &GoalDetail, mode: Mode, paint: Paint) -> String {
     out
 }
 
-/// Class, speedup, spread, elapsed time and the first line of the message of one result.
+/// Class, speedup, spread, what the speedup is (GPU time, as called, interpreted), elapsed
+/// time and the first line of the message of one result.
 fn result_cells(r: &EvalResult) -> Vec<Cell> {
     let star = if r.interpreted { "*" } else { "" };
+    let timed = if r.is_scored() { r.timing_label() } else { "-" };
     vec![
         Cell::new(r.class.as_str()).styled(class_style(r.class)),
         Cell::num(
@@ -126,6 +144,7 @@ fn result_cells(r: &EvalResult) -> Vec<Cell> {
                 .map_or("-".into(), |s| format!("{}{star}", speedup(s))),
         ),
         Cell::num(r.spread_pct.map_or("-".into(), percent)),
+        Cell::new(timed),
         Cell::num(duration(r.elapsed_s)),
         Cell::new(
             r.message
@@ -141,7 +160,15 @@ fn spec_fields(spec: &GoalSpec, shapes: String) -> Vec<(&'static str, String)> {
         ("task", spec.task_dir.clone()),
         (
             "objective",
-            format!("{} vs {}", spec.objective, spec.baseline),
+            format!(
+                "{} vs {}, {}",
+                spec.objective,
+                spec.baseline,
+                match spec.timing {
+                    Some(m) => format!("{} (timing = \"{m}\")", m.label()),
+                    None => "timed as the judge's default (the goal names no timing)".into(),
+                }
+            ),
         ),
         ("shapes", shapes),
         ("seeds", seeds.join(", ")),
@@ -234,14 +261,15 @@ fn summary_fields(g: &GoalSummary) -> Vec<(&'static str, String)> {
 
 fn best_text(b: &BestSummary) -> String {
     let interp = if b.interpreted {
-        " (interpreted: not a GPU figure)"
+        ": not a GPU figure"
     } else {
         ""
     };
     format!(
-        "{} {} at iteration {}: candidate {} (seed {}) config {}{interp}",
+        "{} {} ({}{interp}) at iteration {}: candidate {} (seed {}) config {}",
         speedup(b.speedup),
         percent(b.spread_pct),
+        super::best_kind(b),
         b.iteration,
         short_id(&b.candidate),
         b.seed,
@@ -289,6 +317,7 @@ mod tests {
                     gpus: 1,
                     priority: 0,
                 },
+                timing: Some(kerneld_protocol::wire::TimingMethod::Gpu),
             },
             recent: vec![EvaluationRecord {
                 iteration: 1,
@@ -301,6 +330,43 @@ mod tests {
             }],
             confirmations: Default::default(),
         }
+    }
+
+    /// Every figure says what it is: the goal's method, the best's kind and pooling, each
+    /// evaluation's TIMED column, and the judge's note where it timed otherwise.
+    #[test]
+    fn show_says_which_figure_each_number_is() {
+        let mut d = detail(false);
+        d.summary = summary("demo", GoalState::Running, Some(1.953));
+        d.recent[0].result.timing = Some("gpu".into());
+        let text = show(&d, Mode::Gpu, Paint::OFF);
+        assert!(
+            text.contains("vs torch_fp32, GPU time (timing = \"gpu\")"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1.95× ±2.5% (GPU time, pooled over 10 measurements) at iteration 9"),
+            "{text}"
+        );
+        let row = text.lines().find(|l| l.contains(" abc ")).unwrap();
+        assert!(row.contains("GPU time"), "{row}");
+
+        d.recent[0].result.timing = Some("as_called".into());
+        d.recent[0].result.shapes[0].timing_note =
+            Some("the candidate cannot be captured in a CUDA graph (sync): timed as called".into());
+        d.spec.timing = None;
+        let text = show(&d, Mode::Gpu, Paint::OFF);
+        assert!(text.contains("timed as the judge's default"), "{text}");
+        let row = text.lines().find(|l| l.contains(" abc ")).unwrap();
+        assert!(row.contains("as called"), "{row}");
+        assert!(
+            text.contains("#1 s16: the candidate cannot be captured in a CUDA graph"),
+            "{text}"
+        );
+        // CPU mode: interpreted, as before.
+        let text = show(&detail(true), Mode::Cpu, Paint::OFF);
+        let row = text.lines().find(|l| l.contains(" abc ")).unwrap();
+        assert!(row.contains("interpreted"), "{row}");
     }
 
     /// In CPU mode `show` names the smoke shapes that ran, and the goal's for a GPU.

@@ -58,7 +58,14 @@ fn bests_table(p: &Progress) -> String {
         s.push_str("<p>No correct candidate yet.</p>\n");
         return s;
     }
-    s.push_str("<table>\n<tr><th>iteration</th><th>after</th><th>candidate</th><th>speedup</th><th>noise</th><th>gain</th></tr>\n");
+    let timing = p
+        .timing
+        .as_deref()
+        .map_or(String::new(), |t| format!(" ({})", esc(t)));
+    let _ = writeln!(
+        s,
+        "<table>\n<tr><th>iteration</th><th>after</th><th>candidate</th><th>speedup{timing}</th><th>noise</th><th>gain</th></tr>"
+    );
     let mut previous: Option<f64> = None;
     for step in &p.best {
         let candidate = p
@@ -105,6 +112,7 @@ mod tests {
             table.contains("12.0×") && table.contains("×1.33"),
             "{table}"
         );
+        assert!(table.contains("<th>speedup (GPU time)</th>"), "{table}");
         assert!(html.contains("kernelctl best g -o best.py"));
         assert!(html.trim_end().ends_with("</html>"));
     }

@@ -102,6 +102,9 @@ pub struct Progress {
     pub target: Option<f64>,
     /// Timings came from Triton's interpreter (CPU mode): not GPU figures.
     pub interpreted: bool,
+    /// What the speedups are (issue #23): "GPU time", "as called", "interpreted", or the
+    /// labels joined when the goal's results were timed differently; None before a result.
+    pub timing: Option<String>,
     pub points: Vec<Point>,
     /// Strictly rising; from the daemon's `new_best` events (or the points, when it has none).
     pub best: Vec<Step>,
@@ -118,14 +121,23 @@ impl Progress {
             reason: None,
             target: None,
             interpreted: false,
+            timing: None,
             points: Vec::new(),
             best: Vec::new(),
             flags: Vec::new(),
         };
         let mut announced = Vec::new();
+        let mut labels: Vec<&'static str> = Vec::new();
         for ev in events {
             p.absorb(ev, &mut announced);
+            if let EventKind::EvaluationFinished { result, .. } = &ev.kind {
+                if result.is_scored() && !labels.contains(&result.timing_label()) {
+                    labels.push(result.timing_label());
+                }
+            }
         }
+        labels.sort_unstable();
+        p.timing = (!labels.is_empty()).then(|| labels.join(" and "));
         p.points.sort_by_key(|pt| pt.iteration);
         let steps = if announced.is_empty() {
             p.points
@@ -261,12 +273,11 @@ impl Progress {
             let _ = write!(text, " in {}", render::duration(span));
         }
         if let Some(b) = self.best_now() {
-            let _ = write!(
-                text,
-                " · best {} at iteration {}",
-                render::speedup(b.speedup),
-                b.iteration
-            );
+            let _ = write!(text, " · best {}", render::speedup(b.speedup));
+            if let Some(t) = &self.timing {
+                let _ = write!(text, " ({t})");
+            }
+            let _ = write!(text, " at iteration {}", b.iteration);
         }
         if let Some(state) = self.state {
             let _ = write!(text, " · {state}");
@@ -322,6 +333,7 @@ pub(crate) mod testdata {
                 speedup: Some(s),
                 correct: true,
                 spread_pct: Some(1.0),
+                timing: Some("gpu".into()),
                 ..EvalResult::failure(ResultClass::Ok, "", 1.0)
             },
             None => EvalResult::failure(ResultClass::CompileError, "bad <ptx> & \"worse\"", 1.0),
@@ -350,6 +362,8 @@ pub(crate) mod testdata {
             iteration,
             interpreted: false,
             environment: None,
+            measurements: Some(2),
+            timing: Some("gpu".into()),
         };
         Event {
             seq,
@@ -449,9 +463,9 @@ mod tests {
             .best
             .windows(2)
             .all(|w| w[1].speedup > w[0].speedup && w[1].iteration >= w[0].iteration));
-        assert!(p
-            .headline()
-            .starts_with("10 evaluations (2 failed) in 9s · best 12.0× at iteration 10"));
+        assert!(p.headline().starts_with(
+            "10 evaluations (2 failed) in 9s · best 12.0× (GPU time) at iteration 10"
+        ));
     }
 
     #[test]

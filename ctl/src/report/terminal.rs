@@ -140,7 +140,12 @@ fn best_bars(p: &Progress, paint: Paint) -> String {
     };
     const BAR: usize = 40;
     // The daemon counts a new best only beyond the noise of both measurements.
-    let mut out = String::from("\nnew bests beyond noise (iteration, speedup ± noise)\n");
+    let mut out = format!(
+        "\nnew bests beyond noise (iteration, speedup ± noise{})\n",
+        p.timing
+            .as_deref()
+            .map_or(String::new(), |t| format!(", {t}"))
+    );
     let skip = p.best.len().saturating_sub(BEST_ROWS);
     if skip > 0 {
         let _ = writeln!(out, "  … {skip} earlier");

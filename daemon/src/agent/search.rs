@@ -648,6 +648,8 @@ mod tests {
                         iteration: it,
                         interpreted: false,
                         environment: None,
+                        measurements: None,
+                        timing: None,
                     });
                 }
                 if x >= target {

@@ -171,7 +171,8 @@ impl Engine {
         let source = self.candidate_source(goal, seed, source_hash)?;
         let path = self.source_file(&source)?;
         let spec = self.state.lock().unwrap().goals[goal].proj.spec.clone();
-        // No timing: the harness's DEFAULT_TIMING is the one definition (goals override none yet).
+        // Timing: the harness's DEFAULT_TIMING is the one definition; a goal names only the
+        // method its objective is timed with (re-times and forks keep the goal's).
         Ok(worker::Evaluate {
             task_dir: spec.task_dir.clone(),
             candidate: path.display().to_string(),
@@ -179,7 +180,10 @@ impl Engine {
             shapes: spec.shapes.clone(),
             baseline: spec.baseline.clone(),
             seeds,
-            timing: worker::Timing::default(),
+            timing: worker::Timing {
+                mode: spec.timing,
+                ..worker::Timing::default()
+            },
             profile: true,
             retime: false,
         })
@@ -322,9 +326,9 @@ impl Engine {
         Ok(())
     }
 
-    /// Records a result (and a would-be best, when it beats the old one beyond the noise:
-    /// `WinPending`, confirmed by a re-time before it becomes `NewBest`), then applies the
-    /// stop rules.
+    /// Records a result (and a would-be best, when its first reading is worth a re-time
+    /// against the best's pooled figure: `WinPending`, decided by that re-time before it
+    /// becomes `NewBest`; `wins::screen`), then applies the stop rules.
     pub(super) async fn record(
         &self,
         goal: &str,
@@ -337,29 +341,11 @@ impl Engine {
         let infrastructure = breaker::not_the_candidates(&result)
             .then(|| result.message.clone().unwrap_or_default());
         let device = self.slot_uuid(slot);
-        let prev = self.state.lock().unwrap().goals[goal].proj.best.clone();
+        let pending_win = {
+            let st = self.state.lock().unwrap();
+            super::wins::screen(&st.goals[goal].proj, p, &result)
+        };
         let mut items = Vec::new();
-        let new_best = result
-            .is_scored()
-            .then(|| result.speedup.unwrap())
-            .and_then(|s| {
-                let spread = result.spread_pct.unwrap_or(0.0).max(0.0);
-                let better = match &prev {
-                    None => true,
-                    Some(b) => s > b.speedup * (1.0 + spread.max(b.spread_pct) / 100.0),
-                };
-                better.then(|| BestSummary {
-                    candidate: p.candidate.clone(),
-                    seed: p.seed.clone(),
-                    // what ran, defaults filled in: the `BEST` a user takes must run as is
-                    config: result.config.clone().unwrap_or_else(|| p.config.clone()),
-                    speedup: s,
-                    spread_pct: spread,
-                    iteration: p.iteration,
-                    interpreted: result.interpreted,
-                    environment: result.environment.clone(),
-                })
-            });
         // A throttled measurement drains the device for a cool-down.
         let throttled = result
             .device
@@ -381,15 +367,9 @@ impl Engine {
             },
         ));
         // Not a best yet: a win counts once a re-time in a fresh runner, against a freshly
-        // timed baseline, holds it (`retime::check_win`); the lease runs that re-time next.
-        if let Some(best) = new_best {
-            items.push(NewEvent::goal(
-                goal,
-                EventKind::WinPending {
-                    best,
-                    source_hash: p.source_hash.clone(),
-                },
-            ));
+        // timed baseline, holds it (`wins::check_win`); the lease runs that re-time next.
+        if let Some(win) = pending_win {
+            items.push(NewEvent::goal(goal, win));
         }
         if throttled {
             items.push(NewEvent::daemon(EventKind::DeviceHealth {

@@ -40,6 +40,7 @@ mod slurm;
 mod sources;
 mod stop;
 mod waiting;
+mod wins;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};

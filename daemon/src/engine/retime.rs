@@ -2,7 +2,9 @@
 //! runner, interleaved with a freshly timed baseline, before it becomes `NewBest`; and
 //! `kernelctl retime` re-times a candidate N times. A lease runs one owed re-time before
 //! anything new; one interrupted by a crash or a kill runs again after the restart (its
-//! starts counted like a pending evaluation's, quarantined after `max_attempts`).
+//! starts counted like a pending evaluation's, quarantined after `max_attempts`). Every
+//! re-time's measurement is pooled with the candidate's others (issue #23, `wins.rs`
+//! decides with them).
 
 use std::sync::Mutex;
 
@@ -10,6 +12,7 @@ use anyhow::anyhow;
 use tokio_util::sync::CancellationToken;
 
 use super::evaluation::{correctness_seeds, Outcome};
+use super::wins::{self, check_win};
 use super::Engine;
 use crate::harness::Worker;
 use crate::projection::RetimeWork;
@@ -96,8 +99,8 @@ impl Engine {
                 );
                 let result = EvalResult::failure(ResultClass::Quarantined, msg, 0.0);
                 let mut items = Vec::new();
-                let (checked, best) = check_win(&w, proj.best.as_ref(), &result);
-                items.push(finished(goal, &w, &device, result));
+                let (checked, best) = check_win(&w, &proj, &result, None);
+                items.push(finished(goal, &w, &device, result, None));
                 items.extend(checked.map(|k| NewEvent::goal(goal, k)));
                 items.extend(best.map(|k| NewEvent::goal(goal, k)));
                 self.append(&guard, items).await?;
@@ -129,7 +132,9 @@ impl Engine {
         }
     }
 
-    /// Records a re-time's result; a confirmation's decides the win (`check_win`).
+    /// Records a re-time's result, pooled with the candidate's other measurements; a
+    /// confirmation's decides the win (`check_win`), and a new best gets kerneld's request
+    /// for the rest of its measurements (`wins::top_up`).
     async fn record_retime(
         &self,
         goal: &str,
@@ -137,15 +142,33 @@ impl Engine {
         w: &RetimeWork,
         result: EvalResult,
     ) -> anyhow::Result<()> {
+        // Its first evaluation, for a candidate whose measurements the projection does
+        // not hold (a `retime` of any evaluated candidate): read before the lock.
+        let records = self.evaluations(goal).await?;
+        let first = records
+            .binary_search_by_key(&w.iteration, |r| r.iteration)
+            .ok()
+            .map(|i| &records[i].result);
         let guard = self.commit_lock.lock().await;
         let device = self.slot_uuid(slot);
-        let prev = self.state.lock().unwrap().goals[goal].proj.best.clone();
-        let (checked, best) = check_win(w, prev.as_ref(), &result);
-        let revalidated = super::revalidate::revalidated(w, &result);
-        let mut items = vec![finished(goal, w, &device, result)];
+        let proj = self.state.lock().unwrap().goals[goal].proj.clone();
+        let before = wins::before(&proj, w.iteration, first);
+        let pooled = crate::noise::pool(before.as_ref(), &result);
+        let (checked, best) = check_win(w, &proj, &result, pooled.as_ref());
+        // Only where a challenger may still come (not after the last iteration's win).
+        let top_up = match &best {
+            Some(EventKind::NewBest { best, .. }) if proj.may_be_challenged() => {
+                wins::top_up(w, best.measurements.unwrap_or(1), own_uid())
+            }
+            _ => None,
+        };
+        let revalidated =
+            super::revalidate::revalidated(w, &proj, before.as_ref(), pooled.as_ref(), &result);
+        let mut items = vec![finished(goal, w, &device, result, pooled)];
         items.extend(revalidated.map(|k| NewEvent::goal(goal, k)));
         items.extend(checked.map(|k| NewEvent::goal(goal, k)));
         items.extend(best.map(|k| NewEvent::goal(goal, k)));
+        items.extend(top_up.map(|k| NewEvent::goal(goal, k)));
         self.append(&guard, items).await?;
         {
             let mut st = self.state.lock().unwrap();
@@ -189,7 +212,13 @@ impl Engine {
     }
 }
 
-fn finished(goal: &str, w: &RetimeWork, device: &str, result: EvalResult) -> NewEvent {
+fn finished(
+    goal: &str,
+    w: &RetimeWork,
+    device: &str,
+    result: EvalResult,
+    pooled: Option<Pooled>,
+) -> NewEvent {
     NewEvent::goal(
         goal,
         EventKind::RetimeFinished {
@@ -198,186 +227,12 @@ fn finished(goal: &str, w: &RetimeWork, device: &str, result: EvalResult) -> New
             device: device.to_string(),
             result,
             request: w.request,
+            pooled,
         },
     )
 }
 
-/// Whether a would-be best's win holds after its re-time: the `WinChecked` event, and
-/// the `NewBest` when it does (None, None for a request's re-time, which decides nothing).
-///
-/// The figure that decides and that is shown is the LOWER of the two speedups, with the
-/// LARGER of the two spreads: a win must hold in both timings (the first one may have hit
-/// a fast phase, the re-time a slow one; neither alone is trusted), and the noise either
-/// saw is the noise the comparison must clear. It must beat the best at the time of the
-/// re-time (another device may have confirmed one meanwhile) by more than that spread,
-/// the same rule a first reading passed. A re-time that is not a correct, timed result
-/// (wrong, crashed, refused) confirms nothing.
-pub(super) fn check_win(
-    w: &RetimeWork,
-    prev: Option<&BestSummary>,
-    retime: &EvalResult,
-) -> (Option<EventKind>, Option<EventKind>) {
-    let Some(first) = w.best.as_ref().filter(|_| w.request.is_none()) else {
-        return (None, None);
-    };
-    let unconfirmed =
-        |retimed_speedup: Option<f64>, spread_pct: f64, reason: String| EventKind::WinChecked {
-            iteration: w.iteration,
-            candidate: w.candidate.clone(),
-            confirmed: false,
-            first_speedup: first.speedup,
-            retimed_speedup,
-            speedup: None,
-            spread_pct,
-            reason,
-        };
-    if !retime.is_scored() {
-        let why = retime.message.clone().unwrap_or_default();
-        let reason = format!(
-            "the re-time was not a correct, timed result ({}{}{})",
-            retime.class.as_str(),
-            if why.is_empty() { "" } else { ": " },
-            why
-        );
-        return (Some(unconfirmed(None, first.spread_pct, reason)), None);
-    }
-    let again = retime.speedup.unwrap_or(0.0);
-    let speedup = first.speedup.min(again);
-    let spread = first
-        .spread_pct
-        .max(retime.spread_pct.unwrap_or(0.0).max(0.0));
-    if let Some(b) = prev {
-        let needed = b.speedup * (1.0 + spread.max(b.spread_pct) / 100.0);
-        if speedup <= needed {
-            let reason = format!(
-                "re-timed at {again:.3}× (first {:.3}×): {speedup:.3}× does not beat the best {:.3}× by more than the spread {:.1}%",
-                first.speedup,
-                b.speedup,
-                spread.max(b.spread_pct)
-            );
-            return (Some(unconfirmed(Some(again), spread, reason)), None);
-        }
-    }
-    let checked = EventKind::WinChecked {
-        iteration: w.iteration,
-        candidate: w.candidate.clone(),
-        confirmed: true,
-        first_speedup: first.speedup,
-        retimed_speedup: Some(again),
-        speedup: Some(speedup),
-        spread_pct: spread,
-        reason: format!(
-            "re-timed at {again:.3}× (first {:.3}×): the lower, {speedup:.3}×, counts",
-            first.speedup
-        ),
-    };
-    let best = EventKind::NewBest {
-        best: BestSummary {
-            speedup,
-            spread_pct: spread,
-            interpreted: first.interpreted || retime.interpreted,
-            ..first.clone()
-        },
-        previous: prev.map(|b| b.speedup),
-    };
-    (Some(checked), Some(best))
-}
-
-#[cfg(test)]
-pub(super) mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn work(speedup: f64, spread: f64) -> RetimeWork {
-        RetimeWork {
-            iteration: 4,
-            candidate: "c4".into(),
-            seed: "a.py".into(),
-            config: json!({}),
-            source_hash: None,
-            request: None,
-            best: Some(BestSummary {
-                candidate: "c4".into(),
-                seed: "a.py".into(),
-                config: json!({}),
-                speedup,
-                spread_pct: spread,
-                iteration: 4,
-                interpreted: false,
-                environment: None,
-            }),
-            revalidate: None,
-            times: 1,
-            done: 0,
-            attempts: 1,
-            aborted: 0,
-        }
-    }
-
-    /// A correct, timed re-time (revalidate.rs's tests too).
-    pub(in crate::engine) fn timed(speedup: f64, spread: f64) -> EvalResult {
-        EvalResult {
-            class: ResultClass::Ok,
-            correct: true,
-            speedup: Some(speedup),
-            spread_pct: Some(spread),
-            ..EvalResult::failure(ResultClass::Ok, "", 1.0)
-        }
-    }
-
-    fn best(speedup: f64) -> BestSummary {
-        work(speedup, 1.0).best.unwrap()
-    }
-
-    #[test]
-    fn the_lower_speedup_and_the_larger_spread_count() {
-        let (c, b) = check_win(&work(2.0, 1.0), Some(&best(1.5)), &timed(1.8, 3.0));
-        let Some(EventKind::WinChecked {
-            confirmed, speedup, ..
-        }) = c
-        else {
-            panic!("no check")
-        };
-        assert!(confirmed);
-        assert_eq!(speedup, Some(1.8));
-        let Some(EventKind::NewBest { best, previous }) = b else {
-            panic!("no best")
-        };
-        assert_eq!(
-            (best.speedup, best.spread_pct, previous),
-            (1.8, 3.0, Some(1.5))
-        );
-    }
-
-    #[test]
-    fn a_win_that_does_not_hold_is_not_confirmed() {
-        // First 2.0x, re-timed 1.52x: beats 1.5x by less than the spread.
-        let (c, b) = check_win(&work(2.0, 1.0), Some(&best(1.5)), &timed(1.52, 2.0));
-        assert!(matches!(
-            c,
-            Some(EventKind::WinChecked {
-                confirmed: false,
-                ..
-            })
-        ));
-        assert!(b.is_none());
-        // A wrong re-time confirms nothing, even with no best yet.
-        let wrong = EvalResult::failure(ResultClass::WrongResult, "shape s seed 1", 1.0);
-        let (c, b) = check_win(&work(2.0, 1.0), None, &wrong);
-        let Some(EventKind::WinChecked {
-            confirmed, reason, ..
-        }) = c
-        else {
-            panic!("no check")
-        };
-        assert!(!confirmed && reason.contains("wrong_result"), "{reason}");
-        assert!(b.is_none());
-    }
-
-    #[test]
-    fn a_request_retime_decides_nothing() {
-        let mut w = work(2.0, 1.0);
-        w.request = Some(9);
-        assert_eq!(check_win(&w, None, &timed(3.0, 1.0)), (None, None));
-    }
+/// The uid kerneld's own requests are logged as asked by.
+fn own_uid() -> u32 {
+    nix::unistd::geteuid().as_raw()
 }

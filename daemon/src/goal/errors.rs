@@ -81,6 +81,7 @@ const TYPES: &[(&str, Want)] = &[
     ("objective", Want::Str),
     ("baseline", Want::Str),
     ("shapes", Want::StrList),
+    ("timing", Want::Str),
     ("seed", Want::StrOrList),
     ("budget", Want::Table),
     ("budget.wall", Want::Str),

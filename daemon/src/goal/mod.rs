@@ -23,7 +23,7 @@ mod schema;
 pub use errors::GoalError;
 
 use crate::task::Task;
-use crate::wire::{self, Budget, GoalSpec, Resources, SeedSource, StopRules};
+use crate::wire::{self, Budget, GoalSpec, Resources, SeedSource, StopRules, TimingMethod};
 use errors::Ctx;
 use schema::RawGoal;
 
@@ -236,6 +236,21 @@ pub fn parse(
         ));
     }
 
+    let timing = match &raw.timing {
+        None => TimingMethod::default(),
+        Some(t) => TimingMethod::parse(t.get_ref()).ok_or_else(|| {
+            cx.err(
+                t.span(),
+                format!(
+                    "unknown timing `{}`; expected one of: gpu (the GPU time of the call's \
+                     work, replayed from a CUDA graph; the default), as_called (host-inclusive: \
+                     each call launched from Python, as an eager caller sees it)",
+                    wire::quote(t.get_ref())
+                ),
+            )
+        })?,
+    };
+
     let (seed_names, seed_span) = match &raw.seed {
         None => (task.manifest.seeds.clone(), 0..0),
         Some(s) => match s.get_ref() {
@@ -411,6 +426,7 @@ pub fn parse(
         stop,
         agent,
         resources: Resources { gpus, priority },
+        timing: Some(timing),
     };
     // The goal as it will be stored: whatever the file's fields and seeds, the first event
     // of the goal stays far below a reply line.

@@ -15,6 +15,7 @@ pub(super) struct RawGoal {
     pub(super) objective: Option<Spanned<String>>,
     pub(super) baseline: Option<Spanned<String>>,
     pub(super) shapes: Option<Spanned<Vec<String>>>,
+    pub(super) timing: Option<Spanned<String>>,
     pub(super) seed: Option<Spanned<OneOrMany>>,
     #[serde(default)]
     pub(super) budget: RawBudget,

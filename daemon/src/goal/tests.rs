@@ -62,6 +62,32 @@ fn minimal_goal_takes_task_defaults() {
     assert_eq!(g.seeds.len(), 1);
     assert_eq!(g.agent.kind(), "search");
     assert_eq!(g.resources.gpus, 1);
+    // The objective is the GPU time unless the goal says otherwise, and the goal says so.
+    assert_eq!(g.timing, Some(TimingMethod::Gpu));
+}
+
+#[test]
+fn timing_is_gpu_or_as_called_and_anything_else_names_its_place() {
+    let d = task_fixture();
+    let g = parse_in(
+        &d,
+        "name = \"g\"\ntask = \"demo\"\ntiming = \"as_called\"\n",
+    )
+    .unwrap();
+    assert_eq!(g.timing, Some(TimingMethod::AsCalled));
+    let g = parse_in(&d, "name = \"g\"\ntask = \"demo\"\ntiming = \"gpu\"\n").unwrap();
+    assert_eq!(g.timing, Some(TimingMethod::Gpu));
+    let e = parse_in(&d, "name = \"g\"\ntask = \"demo\"\ntiming = \"wall\"\n").unwrap_err();
+    assert_eq!((e.line, e.column), (3, 10), "{e}");
+    assert!(
+        e.message.contains("unknown timing `wall`")
+            && e.message.contains("gpu")
+            && e.message.contains("as_called"),
+        "{e}"
+    );
+    let e = parse_in(&d, "name = \"g\"\ntask = \"demo\"\ntiming = 1\n").unwrap_err();
+    assert_eq!(e.line, 3, "{e}");
+    assert!(e.message.contains("timing"), "{e}");
 }
 
 #[test]

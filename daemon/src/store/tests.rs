@@ -388,3 +388,168 @@ fn an_event_larger_than_half_a_line_is_refused_and_the_log_stays_writable() {
     assert_eq!(store.last_seq().unwrap(), before + 1);
     let _ = std::fs::remove_file(&path);
 }
+
+/// Issue #23's pooled measurements ride on events (absent in older logs): a log of an
+/// older build, whose stored projections lack `measured` and `noise`, checks sound, and
+/// so does one this build extends with pooled re-times and wins.
+#[test]
+fn pooled_measurements_check_sound_in_old_and_new_logs() {
+    use crate::noise::{pool, tests::timed};
+    let path = temp_db();
+    let store = Store::open(&path).unwrap();
+    let (id, _) = store.enqueue_goal(spec(), 1000).unwrap();
+    let run = |kinds: Vec<EventKind>| {
+        store
+            .append(kinds.into_iter().map(|k| NewEvent::goal(&id, k)).collect())
+            .unwrap();
+    };
+    let proposed = |it: u64| EventKind::CandidateProposed {
+        iteration: it,
+        candidate: format!("c{it}"),
+        seed: "a.py".into(),
+        config: serde_json::json!({}),
+        agent: "search".into(),
+        source: None,
+        note: None,
+        tokens: None,
+    };
+    let result = |s: f64| timed(&[("s", 10.0 / s, 10.0)], Some(0.5));
+    let best = |it: u64, s: f64, n: Option<u32>| BestSummary {
+        candidate: format!("c{it}"),
+        seed: "a.py".into(),
+        config: serde_json::json!({}),
+        speedup: s,
+        spread_pct: 1.0,
+        iteration: it,
+        interpreted: false,
+        environment: None,
+        measurements: n,
+        timing: None,
+    };
+    let finished =
+        |it: u64, r: EvalResult, request: Option<u64>, pooled| EventKind::RetimeFinished {
+            iteration: it,
+            candidate: format!("c{it}"),
+            device: "cpu".into(),
+            result: r,
+            request,
+            pooled,
+        };
+    let checked = |it: u64, s: f64| EventKind::WinChecked {
+        iteration: it,
+        candidate: format!("c{it}"),
+        confirmed: true,
+        first_speedup: s,
+        retimed_speedup: Some(s),
+        speedup: Some(s),
+        spread_pct: 1.0,
+        reason: "held".into(),
+        rule: None,
+    };
+    // 1. A win as an older build logged it: no pooled figures anywhere.
+    run(vec![
+        proposed(1),
+        EventKind::EvaluationFinished {
+            iteration: 1,
+            candidate: "c1".into(),
+            device: "cpu".into(),
+            result: result(2.0),
+        },
+        EventKind::WinPending {
+            best: best(1, 2.0, None),
+            source_hash: None,
+            pooled: None,
+        },
+        finished(1, result(1.9), None, None),
+        checked(1, 1.9),
+        EventKind::NewBest {
+            best: best(1, 1.9, None),
+            previous: None,
+        },
+    ]);
+    // ... and its projection as that build stored it: without this build's fields.
+    {
+        let tx = store.db.begin_write().unwrap();
+        {
+            let mut goals = tx.open_table(GOALS).unwrap();
+            let mut v: serde_json::Value =
+                serde_json::from_slice(goals.get(id.as_str()).unwrap().unwrap().value()).unwrap();
+            let o = v.as_object_mut().unwrap();
+            assert!(o.remove("measured").is_some() && o.remove("noise").is_some());
+            goals
+                .insert(id.as_str(), serde_json::to_vec(&v).unwrap().as_slice())
+                .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    // 2. This build re-times that best on request: pooled from its first evaluation.
+    let first = pool(None, &result(2.0)).unwrap();
+    let two = pool(Some(&first), &result(2.1)).unwrap();
+    let request = store.last_seq().unwrap() + 1;
+    run(vec![
+        EventKind::RetimeRequested {
+            iteration: 1,
+            candidate: "c1".into(),
+            seed: "a.py".into(),
+            config: serde_json::json!({}),
+            source_hash: None,
+            times: 1,
+            by_uid: 0,
+            revalidate: None,
+            for_best: false,
+        },
+        finished(1, result(2.1), Some(request), Some(two.clone())),
+    ]);
+    let g = store.goal(&id).unwrap().unwrap();
+    let b = g.best.clone().unwrap();
+    assert_eq!(b.measurements, Some(2));
+    assert!((b.speedup - two.speedup().unwrap()).abs() < 1e-12);
+    assert_eq!(g.noise.shapes["s"].df, 1);
+    // 3. A pooled win over it, and kerneld's re-times of the new best.
+    let p1 = pool(None, &result(3.0)).unwrap();
+    let p2 = pool(Some(&p1), &result(2.9)).unwrap();
+    run(vec![
+        proposed(2),
+        EventKind::EvaluationFinished {
+            iteration: 2,
+            candidate: "c2".into(),
+            device: "cpu".into(),
+            result: result(3.0),
+        },
+        EventKind::WinPending {
+            best: best(2, 3.0, None),
+            source_hash: None,
+            pooled: Some(p1),
+        },
+        finished(2, result(2.9), None, Some(p2.clone())),
+        checked(2, p2.speedup().unwrap()),
+        EventKind::NewBest {
+            best: best(2, p2.speedup().unwrap(), Some(2)),
+            previous: Some(b.speedup),
+        },
+        EventKind::RetimeRequested {
+            iteration: 2,
+            candidate: "c2".into(),
+            seed: "a.py".into(),
+            config: serde_json::json!({}),
+            source_hash: None,
+            times: 8,
+            by_uid: 0,
+            revalidate: None,
+            for_best: true,
+        },
+    ]);
+    let g = store.goal(&id).unwrap().unwrap();
+    // The old best's measurements are let go (the prior keeps what they taught).
+    assert_eq!(g.measured.keys().copied().collect::<Vec<_>>(), vec![2]);
+    assert_eq!(g.noise.shapes["s"].df, 2);
+    assert!(g.retimes.values().any(|w| w.for_best && w.times == 8));
+    // Owed only while the goal runs (this one never left the queue).
+    assert!(g.retime_work().next().is_none());
+    drop(store);
+    let mut store = Store::open_for_check(&path).unwrap();
+    let report = store.check().unwrap();
+    assert!(report.is_sound(), "{}", report.render(&path));
+    drop(store);
+    owner::remove_log(&path);
+}

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{BestSummary, EvalResult, ForkOrigin, GoalSpec, GoalState, Health};
+use super::{BestSummary, Comparison, EvalResult, ForkOrigin, GoalSpec, GoalState, Health, Pooled};
 
 /// One immutable record of the log. Every state the daemon shows is a projection of these.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -163,6 +163,10 @@ pub enum EventKind {
         best: BestSummary,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         source_hash: Option<String>,
+        /// Its first evaluation as the start of its pooled measurements (issue #23; absent
+        /// in older logs, whose wins were decided by the spread rule).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pooled: Option<Pooled>,
     },
     /// `kernelctl retime`: re-time an evaluated candidate `times` times; the request's
     /// id is this event's sequence number.
@@ -178,6 +182,10 @@ pub enum EventKind {
         /// A `revalidate` request: its result is checked against these figures.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         revalidate: Option<super::Revalidation>,
+        /// Asked by kerneld for a new best (issue #23): re-times that measure its noise
+        /// before challengers face it, so a win is not decided against two readings.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        for_best: bool,
     },
     /// A revalidation's re-time finished: whether the candidate still holds its win
     /// (its speedup now within the noise of the one it was measured at, or above).
@@ -191,6 +199,10 @@ pub enum EventKind {
         spread_pct: f64,
         held: bool,
         reason: String,
+        /// What the pooled rule compared: now (this re-time) against the candidate's
+        /// measurements before it (absent in older logs).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rule: Option<Comparison>,
     },
     /// A re-time began: a would-be best's confirmation (`request` absent) or one of a
     /// `retime` request's.
@@ -209,6 +221,10 @@ pub enum EventKind {
         result: EvalResult,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         request: Option<u64>,
+        /// The candidate's measurements pooled with this one (issue #23), when it was a
+        /// correct, timed result; absent in older logs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pooled: Option<Pooled>,
     },
     /// A re-time stopped before its result (pause, cancel, shutdown); it runs again.
     RetimeAborted {
@@ -221,6 +237,8 @@ pub enum EventKind {
     },
     /// A would-be best after its re-time: `confirmed` (a `NewBest` with `speedup`, the
     /// confirmed figure, follows in the same commit) or not (it does not become best).
+    /// Since issue 23 `speedup` is the pooled estimate over all its measurements and
+    /// `spread_pct` half the width of its 95 % interval; `rule` holds what was compared.
     WinChecked {
         iteration: u64,
         candidate: String,
@@ -232,6 +250,8 @@ pub enum EventKind {
         speedup: Option<f64>,
         spread_pct: f64,
         reason: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rule: Option<Comparison>,
     },
 }
 

@@ -36,6 +36,7 @@ pub fn quote_at(text: &str, shown: usize) -> String {
 
 mod events;
 mod fork;
+mod measure;
 mod params;
 mod results;
 mod retime;
@@ -43,6 +44,7 @@ mod spec;
 
 pub use events::*;
 pub use fork::*;
+pub use measure::*;
 pub use params::*;
 pub use results::*;
 pub use retime::*;

@@ -100,8 +100,12 @@ pub struct BestSummary {
     pub candidate: String,
     pub seed: String,
     pub config: Value,
-    /// Geomean speedup over the goal's shapes against the goal's baseline.
+    /// Geomean speedup over the goal's shapes against the goal's baseline: for a best the
+    /// pooled rule decided (issue #23, `measurements` present), the pooled estimate over all
+    /// its measurements; before it, the lower of its first reading and its re-time.
     pub speedup: f64,
+    /// The noise shown with it, %: with `measurements`, half the width of the pooled
+    /// estimate's 95 % interval; before, the larger worst-shape spread of its two timings.
     pub spread_pct: f64,
     pub iteration: u64,
     /// True when measured under Triton's interpreter (CPU mode): not a GPU figure.
@@ -109,6 +113,19 @@ pub struct BestSummary {
     /// What measured it (absent in bests logged before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment: Option<super::Environment>,
+    /// How many measurements the speedup is pooled over (absent before issue 23).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measurements: Option<u32>,
+    /// The method its figures were timed with, as the judge named it (`EvalResult::timing`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<String>,
+}
+
+impl BestSummary {
+    /// What its speedup is, for people: "GPU time", "as called" or "interpreted".
+    pub fn timing_label(&self) -> &'static str {
+        super::timing_label(self.timing.as_deref(), self.interpreted)
+    }
 }
 
 /// One goal as `status` lists it.

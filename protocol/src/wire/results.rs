@@ -56,6 +56,63 @@ pub struct ShapeTiming {
     /// The 95 % interval of the median, in % of it (the judge's figure), when reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ci_pct: Option<f64>,
+    /// The same for the baseline's median.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_ci_pct: Option<f64>,
+    /// What `median_us` and `baseline_us` are (issue #23): `gpu` (the GPU time of the
+    /// call's work, from a CUDA graph replay), `as_called` (host-inclusive, each call
+    /// launched from Python) or `interpreted` (CPU mode). Absent from judges before it:
+    /// `timing_label` says what their figures were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<String>,
+    /// Both figures, when the judge measured both (the objective's is also in
+    /// `median_us`/`baseline_us`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_gpu_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_called_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_as_called_us: Option<f64>,
+    /// Why a side was timed otherwise than the goal asked (e.g. "the candidate cannot be
+    /// captured in a CUDA graph (...): timed as called").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing_note: Option<String>,
+}
+
+impl ShapeTiming {
+    /// A shape with only these figures (tests, the daemon's own results).
+    pub fn new(shape: &str, median_us: f64, baseline_us: f64) -> ShapeTiming {
+        ShapeTiming {
+            shape: shape.to_string(),
+            median_us,
+            spread_pct: 0.0,
+            baseline_us,
+            baseline_spread_pct: 0.0,
+            speedup: if median_us > 0.0 {
+                baseline_us / median_us
+            } else {
+                0.0
+            },
+            gbps: None,
+            tflops: None,
+            pct_roofline: None,
+            ci_pct: None,
+            baseline_ci_pct: None,
+            timing: None,
+            gpu_us: None,
+            baseline_gpu_us: None,
+            as_called_us: None,
+            baseline_as_called_us: None,
+            timing_note: None,
+        }
+    }
+
+    /// What this shape's `median_us`/`baseline_us` are, for people (`timing_label`).
+    pub fn timing_label(&self, interpreted: bool) -> &'static str {
+        super::timing_label(self.timing.as_deref(), interpreted)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -75,6 +132,10 @@ pub struct EvalResult {
     pub speedup: Option<f64>,
     #[serde(default)]
     pub spread_pct: Option<f64>,
+    /// The method the speedup was timed with (`gpu`, `as_called`, `interpreted`; see
+    /// `ShapeTiming::timing`); absent from judges before issue 23.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<String>,
     #[serde(default)]
     pub shapes: Vec<ShapeTiming>,
     /// Per (shape, seed, output) correctness figures, as the worker reported them.
@@ -184,6 +245,7 @@ impl EvalResult {
             interpreted: false,
             speedup: None,
             spread_pct: None,
+            timing: None,
             shapes: Vec::new(),
             checks: Value::Null,
             profile: Value::Null,
@@ -194,6 +256,11 @@ impl EvalResult {
             retimed: false,
             environment: None,
         }
+    }
+
+    /// What its speedup is, for people: "GPU time", "as called" or "interpreted".
+    pub fn timing_label(&self) -> &'static str {
+        super::timing_label(self.timing.as_deref(), self.interpreted)
     }
 
     /// Correct and timed: a candidate that may become the best.

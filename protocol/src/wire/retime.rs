@@ -125,6 +125,10 @@ pub struct Stability {
     #[serde(default)]
     pub baseline_max_dev_pct: Option<f64>,
     pub shapes: Vec<ShapeStability>,
+    /// What the figures are: "GPU time", "as called", "interpreted" (`timing_label`), or
+    /// the labels joined when the re-times were timed differently.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -140,4 +144,12 @@ pub struct RetimeReport {
     pub finished: bool,
     pub runs: Vec<RetimeRun>,
     pub stability: Stability,
+    /// The candidate's speedup pooled over all its measurements (its first evaluation and
+    /// every re-time, this request's included; issue #23), with its noise: what the win
+    /// rule uses. Absent when the daemon holds no pooled measurements of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pooled: Option<super::Figure>,
+    /// Whether the candidate is the goal's best (its re-times tighten the best's interval).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_best: bool,
 }

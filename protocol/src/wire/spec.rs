@@ -21,6 +21,18 @@ pub struct GoalSpec {
     pub stop: StopRules,
     pub agent: AgentSpec,
     pub resources: Resources,
+    /// How the objective is timed (the goal file's `timing`, default `gpu`). Absent from
+    /// goals enqueued before issue 23: their requests name no method and the judge's
+    /// default applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<super::TimingMethod>,
+}
+
+impl GoalSpec {
+    /// The method the objective is timed with (the judge's default for older goals).
+    pub fn timing_method(&self) -> super::TimingMethod {
+        self.timing.unwrap_or_default()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

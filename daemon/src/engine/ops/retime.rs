@@ -20,6 +20,7 @@ pub(super) fn request(
         times,
         by_uid: uid,
         revalidate,
+        for_best: false,
     }
 }
 
@@ -138,6 +139,7 @@ impl Engine {
                     iteration,
                     candidate,
                     times,
+                    for_best,
                     ..
                 },
             ..
@@ -164,8 +166,43 @@ impl Engine {
                 _ => None,
             })
             .collect();
-        let state = self.state.lock().unwrap().goals[&id].proj.state;
+        let (state, noise, best, tops_up) = {
+            let st = self.state.lock().unwrap();
+            let g = &st.goals[&id].proj;
+            let open = g.retimes.get(request);
+            (
+                g.state,
+                g.noise.clone(),
+                g.best.as_ref().map(|b| b.iteration),
+                open.is_some_and(|w| g.tops_up(w)),
+            )
+        };
+        // The candidate's figure over ALL its measurements (its first evaluation and every
+        // re-time, this request's and others'), as the win rule pools them.
+        let mut pooled: Option<Pooled> = None;
+        for e in &events {
+            let result = match &e.kind {
+                EventKind::EvaluationFinished {
+                    iteration: it,
+                    result,
+                    ..
+                }
+                | EventKind::RetimeFinished {
+                    iteration: it,
+                    result,
+                    ..
+                } if it == iteration => result,
+                _ => continue,
+            };
+            if let Some(p) = crate::noise::pool(pooled.as_ref(), result) {
+                pooled = Some(p);
+            }
+        }
         let done = results.len() as u32;
+        // kerneld's own re-times of a best are owed only while a challenger may come and
+        // the candidate is the best (`GoalProjection::tops_up`).
+        let never =
+            matches!(state, GoalState::Cancelled | GoalState::Failed) || (*for_best && !tops_up);
         Ok(RetimeReport {
             goal: id,
             request: *request,
@@ -173,7 +210,9 @@ impl Engine {
             iteration: *iteration,
             times: *times,
             done,
-            finished: done >= *times || matches!(state, GoalState::Cancelled | GoalState::Failed),
+            finished: done >= *times || never,
+            pooled: pooled.and_then(|p| crate::noise::figure(&p, &noise)),
+            is_best: best == Some(*iteration),
             runs: results
                 .iter()
                 .map(|(seq, r)| RetimeRun {

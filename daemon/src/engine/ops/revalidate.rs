@@ -30,10 +30,23 @@ impl Engine {
             .map_err(internal)?
             .map_err(internal)?;
         records.retain(|r| r.result.is_scored());
-        records.sort_by(|a, b| {
-            let s = |r: &EvaluationRecord| r.result.speedup.unwrap_or(0.0);
-            s(b).total_cmp(&s(a))
-        });
+        // Ranked as the win rule sees them: a contender by its pooled figure (issue #23),
+        // any other by its one reading.
+        let pooled: std::collections::BTreeMap<u64, f64> = {
+            let st = self.state.lock().unwrap();
+            let g = &st.goals[&id].proj;
+            g.measured
+                .iter()
+                .filter_map(|(it, p)| Some((*it, crate::noise::figure(p, &g.noise)?.speedup)))
+                .collect()
+        };
+        let rank = |r: &EvaluationRecord| {
+            pooled
+                .get(&r.iteration)
+                .copied()
+                .unwrap_or(r.result.speedup.unwrap_or(0.0))
+        };
+        records.sort_by(|a, b| rank(b).total_cmp(&rank(a)));
         let mut seen = HashSet::new();
         records.retain(|r| seen.insert(r.candidate.clone()));
         records.truncate(top as usize);
@@ -43,7 +56,8 @@ impl Engine {
                 format!("goal {id} has no correct, timed evaluation to revalidate yet"),
             ));
         }
-        // The figures each must still reach: the best's as confirmed, the others' as measured.
+        // The figures each was measured at (for people; the verdict pools its measurements):
+        // the best's as it stands, the others' first reading.
         let items = records
             .iter()
             .map(|r| {

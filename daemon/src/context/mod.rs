@@ -4,7 +4,8 @@
 //! order of importance, each cut before the next is dropped: the goal restated, the
 //! best few candidates with their profiles, failures grouped by class and harness rule
 //! with one example each, what was tried without helping (per parameter value), the
-//! last evaluation. Timings measured under Triton's CPU interpreter are marked as such.
+//! last evaluation. Every timing says what it is (issue #23): the GPU time of the call's
+//! work, "as called" (host-inclusive), or Triton's CPU interpreter.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -12,7 +13,10 @@ use std::fmt::Write;
 use serde_json::Value;
 
 use crate::projection::GoalProjection;
-use crate::wire::{confirm_flag, AgentKind, EvalResult, EvaluationRecord, GoalSpec};
+use crate::wire::{
+    confirm_flag, AgentKind, EvalResult, EvaluationRecord, GoalSpec, TimingMethod,
+    LABEL_INTERPRETED,
+};
 
 /// Default budget of CONTEXT.md (`command`) and of the search agent's context.
 pub const DEFAULT_BYTES: usize = 12 * 1024;
@@ -58,6 +62,17 @@ pub fn goal_statement(spec: &GoalSpec) -> String {
     if let Some(t) = spec.stop.target_speedup {
         let _ = writeln!(s, "Target: {t}× speedup.");
     }
+    match spec.timing {
+        Some(TimingMethod::Gpu) => s.push_str(
+            "Timing: the GPU time of each call's work (calls replayed from a CUDA graph): \
+             host launch overhead does not count, the kernels' device time does.\n",
+        ),
+        Some(TimingMethod::AsCalled) => s.push_str(
+            "Timing: as called (host-inclusive: each call launched from Python), so launch \
+             overhead and host-side work count.\n",
+        ),
+        None => {}
+    }
     let seeds: Vec<&str> = spec.seeds.iter().map(|s| s.name.as_str()).collect();
     let _ = writeln!(
         s,
@@ -82,7 +97,11 @@ fn describe(rec: &EvaluationRecord) -> String {
     let mut s = format!("iteration {} · {} {}", rec.iteration, rec.seed, rec.config);
     match r.speedup {
         Some(x) if r.is_scored() => {
-            let _ = write!(s, " → {x:.3}× (spread {:.1}%", r.spread_pct.unwrap_or(0.0));
+            let _ = write!(s, " → {x:.3}× (");
+            if r.timing_label() != LABEL_INTERPRETED {
+                let _ = write!(s, "{}, ", r.timing_label());
+            }
+            let _ = write!(s, "spread {:.1}%", r.spread_pct.unwrap_or(0.0));
             if r.interpreted {
                 s.push_str(", CPU interpreter: not a speed");
             }
@@ -105,14 +124,36 @@ fn profile_lines(rec: &EvaluationRecord) -> String {
     for t in &rec.result.shapes {
         let _ = write!(
             s,
-            "    {}: {:.2} µs vs {:.2} µs ({:.2}×)",
-            t.shape, t.median_us, t.baseline_us, t.speedup
+            "    {}: {:.2} µs vs {:.2} µs ({:.2}×, {})",
+            t.shape,
+            t.median_us,
+            t.baseline_us,
+            t.speedup,
+            t.timing_label(rec.result.interpreted)
         );
+        // The other figure, when the judge measured both.
+        let other = match t.timing.as_deref() {
+            Some("gpu") => t
+                .as_called_us
+                .zip(t.baseline_as_called_us)
+                .map(|(c, b)| ("as called", c, b)),
+            Some("as_called") => t
+                .gpu_us
+                .zip(t.baseline_gpu_us)
+                .map(|(c, b)| ("GPU time", c, b)),
+            _ => None,
+        };
+        if let Some((what, c, b)) = other {
+            let _ = write!(s, "; {what} {c:.2} µs vs {b:.2} µs");
+        }
         if let (true, Some(g)) = (gpu, t.gbps) {
             let _ = write!(s, ", {g:.0} GB/s");
         }
         if let (true, Some(p)) = (gpu, t.pct_roofline) {
             let _ = write!(s, ", {p:.0}% of roofline");
+        }
+        if let Some(n) = &t.timing_note {
+            let _ = write!(s, " [{}]", clip(n, 160));
         }
         s.push('\n');
     }
@@ -136,7 +177,22 @@ fn profile_lines(rec: &EvaluationRecord) -> String {
 
 /// The context text for a goal (its statement, then its memory), at most `budget` bytes.
 pub fn compact(goal: &GoalProjection, history: &[EvaluationRecord], budget: usize) -> String {
-    let mut sections = vec![goal_statement(&goal.spec)];
+    let mut statement = goal_statement(&goal.spec);
+    // The best as the daemon holds it: its measurements pooled (first readings below).
+    if let Some(b) = &goal.best {
+        let pooled = b
+            .measurements
+            .map_or(String::new(), |n| format!(", pooled over {n} measurements"));
+        let _ = writeln!(
+            statement,
+            "Current best: iteration {}, {:.3}× ±{:.1}% ({}{pooled}).",
+            b.iteration,
+            b.speedup,
+            b.spread_pct,
+            b.timing_label()
+        );
+    }
+    let mut sections = vec![statement];
     sections.extend(memory_sections(history, &goal.confirmations));
     fit(sections, budget)
 }
@@ -392,224 +448,4 @@ fn parameter_blocks(lines: &[&str]) -> Vec<(usize, usize)> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::wire::{EvalResult, ResultClass, ShapeTiming};
-    use serde_json::json;
-
-    fn rec(iteration: u64, speedup: Option<f64>, class: ResultClass) -> EvaluationRecord {
-        let mut result =
-            EvalResult::failure(class, format!("failure of iteration {iteration}"), 1.0);
-        if let Some(x) = speedup {
-            result = EvalResult {
-                class: ResultClass::Ok,
-                message: None,
-                correct: true,
-                speedup: Some(x),
-                spread_pct: Some(1.0),
-                shapes: vec![ShapeTiming {
-                    shape: "s".into(),
-                    median_us: 10.0 / x,
-                    spread_pct: 1.0,
-                    baseline_us: 10.0,
-                    baseline_spread_pct: 1.0,
-                    speedup: x,
-                    gbps: Some(100.0),
-                    tflops: None,
-                    pct_roofline: Some(5.0),
-                    ci_pct: None,
-                }],
-                ..result
-            };
-        }
-        EvaluationRecord {
-            iteration,
-            candidate: format!("c{iteration}"),
-            seed: "a.py".into(),
-            config: json!({"B": iteration % 4, "W": 4}),
-            source_hash: None,
-            device: None,
-            result,
-        }
-    }
-
-    fn history(n: u64) -> Vec<EvaluationRecord> {
-        (1..=n)
-            .map(|i| match i % 5 {
-                0 => rec(i, None, ResultClass::WrongResult),
-                1 => rec(i, None, ResultClass::CompileError),
-                _ => rec(i, Some(1.0 + (i % 7) as f64 / 10.0), ResultClass::Ok),
-            })
-            .collect()
-    }
-
-    #[test]
-    fn restates_the_goal_keeps_the_best_and_groups_failures() {
-        let goal = GoalProjection::new("g1", crate::projection::test_spec("x"), 0, 0);
-        let text = compact(&goal, &history(40), DEFAULT_BYTES);
-        assert!(text.starts_with("# Goal `g`"));
-        assert!(text.contains("→ 1.600×"), "{text}");
-        assert!(text.contains("wrong_result ×8"), "{text}");
-        assert!(text.contains("compile_error ×8"), "{text}");
-        assert!(text.contains("100 GB/s"));
-        assert_eq!(
-            text,
-            compact(&goal, &history(40), DEFAULT_BYTES),
-            "deterministic"
-        );
-    }
-
-    #[test]
-    fn stays_within_its_budget_however_long_the_history() {
-        let goal = GoalProjection::new("g1", crate::projection::test_spec("x"), 0, 0);
-        for budget in [1024, 4096, DEFAULT_BYTES] {
-            let text = compact(&goal, &history(5000), budget);
-            assert!(text.len() <= budget, "{} > {budget}", text.len());
-            assert!(
-                text.starts_with("# Goal `g`"),
-                "the goal always comes first"
-            );
-        }
-    }
-
-    fn rejected(iteration: u64, rule: Option<&str>, message: &str) -> EvaluationRecord {
-        let mut r = rec(iteration, None, ResultClass::Rejected);
-        r.result.rule = rule.map(String::from);
-        r.result.message = Some(message.into());
-        r
-    }
-
-    #[test]
-    fn failures_are_grouped_by_class_and_rule_with_an_example_each() {
-        let goal = GoalProjection::new("g1", crate::projection::test_spec("x"), 0, 0);
-        let history = vec![
-            rejected(
-                1,
-                Some("syntax"),
-                "rejected [syntax] line 3: syntax error: bad",
-            ),
-            rejected(
-                2,
-                Some("torch-heavy-math"),
-                "rejected [torch-heavy-math] line 9: torch.matmul",
-            ),
-            rejected(
-                3,
-                Some("torch-heavy-math"),
-                "rejected [torch-heavy-math] line 7: torch.bmm",
-            ),
-            // Logged before results carried `rule`: read from the message's tag.
-            rejected(
-                4,
-                None,
-                "rejected [banned-import] line 1: imports flash_attn",
-            ),
-            {
-                let mut r = rec(5, None, ResultClass::WrongResult);
-                r.result.rule = Some("tolerance".into());
-                r
-            },
-            rec(6, None, ResultClass::WrongResult),
-        ];
-        let text = compact(&goal, &history, DEFAULT_BYTES);
-        for line in [
-            "- rejected [syntax] ×1; e.g. iteration 1",
-            "- rejected [torch-heavy-math] ×2; e.g. iteration 3",
-            "- rejected [banned-import] ×1; e.g. iteration 4",
-            "- wrong_result [tolerance] ×1; e.g. iteration 5",
-            "- wrong_result ×1; e.g. iteration 6",
-        ] {
-            assert!(text.contains(line), "missing `{line}` in\n{text}");
-        }
-        assert!(
-            text.contains("syntax error: bad"),
-            "the syntax example is kept"
-        );
-        assert!(
-            text.contains("→ wrong_result\n"),
-            "the last evaluation: {text}"
-        );
-    }
-
-    #[test]
-    fn interpreter_timings_are_marked_as_such() {
-        let goal = GoalProjection::new("g1", crate::projection::test_spec("x"), 0, 0);
-        let gpu = history(12);
-        let text = compact(&goal, &gpu, DEFAULT_BYTES);
-        assert!(!text.contains("interpreter"), "{text}");
-
-        let cpu: Vec<EvaluationRecord> = history(12)
-            .into_iter()
-            .map(|mut r| {
-                r.result.interpreted = true;
-                r
-            })
-            .collect();
-        let text = compact(&goal, &cpu, DEFAULT_BYTES);
-        let best = text.find("## Best candidates\n").unwrap();
-        assert!(
-            text[best..].starts_with(&format!("## Best candidates\n{INTERPRETED_NOTE}")),
-            "the note comes before any timing: {text}"
-        );
-        assert!(
-            text.contains("× (spread 1.0%, CPU interpreter: not a speed)"),
-            "{text}"
-        );
-        assert!(
-            !text.contains("GB/s"),
-            "no throughput under the interpreter"
-        );
-        // A budget that cuts the best section still keeps the note above the timings.
-        let short = compact(&goal, &cpu, 1024);
-        assert!(short.contains(INTERPRETED_NOTE), "{short}");
-    }
-
-    fn module(body_lines: usize) -> String {
-        let mut s = String::from("\"\"\"The kernel.\"\"\"\nimport triton\n");
-        for i in 0..body_lines {
-            s.push_str(&format!(
-                "# helper line {i} of the kernel body, long enough to count\n"
-            ));
-        }
-        s.push_str("SPACE = {\n    \"B\": [16, 32],\n    \"W\": [4, 8],\n}\nDEFAULT = {\"B\": 16, \"W\": 4}\n");
-        for i in 0..body_lines {
-            s.push_str(&format!(
-                "# launcher line {i} of the module, long enough to count\n"
-            ));
-        }
-        s.push_str("def entry(inputs, out, config):\n    pass\n");
-        s
-    }
-
-    #[test]
-    fn a_long_source_keeps_its_head_parameters_and_tail() {
-        let source = module(400);
-        assert_eq!(clip_source(&source, source.len()), source, "fits: whole");
-        for room in [600, 2000, 8000] {
-            let clipped = clip_source(&source, room);
-            assert!(clipped.len() <= room, "{} > {room}", clipped.len());
-            assert!(clipped.starts_with("\"\"\"The kernel.\"\"\"\nimport triton\n"));
-            assert!(
-                clipped.contains("SPACE = {\n    \"B\": [16, 32],\n    \"W\": [4, 8],\n}\n"),
-                "{clipped}"
-            );
-            assert!(clipped.contains("DEFAULT = {\"B\": 16, \"W\": 4}\n"));
-            assert!(clipped.ends_with("def entry(inputs, out, config):\n    pass\n"));
-            assert!(clipped.contains(" lines omitted to fit the prompt's budget"));
-            assert_eq!(clipped, clip_source(&source, room), "deterministic");
-        }
-        // The gaps add up to what was left out.
-        let clipped = clip_source(&source, 2000);
-        let omitted: usize = clipped
-            .lines()
-            .filter_map(|l| l.strip_prefix("# … "))
-            .map(|l| l.split(' ').next().unwrap().parse::<usize>().unwrap())
-            .sum();
-        let kept = clipped.lines().filter(|l| !l.starts_with("# … ")).count();
-        assert_eq!(omitted + kept, source.lines().count());
-        // Whatever the room, never more.
-        for room in [0, 10, 100] {
-            assert!(clip_source(&source, room).len() <= room);
-        }
-    }
-}
+mod tests;
