@@ -137,9 +137,10 @@ fn evaluate() {
     assert_eq!(result.class, ResultClass::Ok);
     assert!(result.correct && result.interpreted && result.speedup.is_some());
     assert!(!result.shapes.is_empty() && result.config.is_some());
-    // Before issue 23's judge: no method named (CPU mode: interpreted figures).
-    assert_eq!(result.timing, None);
+    // The judge names the method (CPU mode: the interpreter's figures), per shape too.
+    assert_eq!(result.timing.as_deref(), Some("interpreted"));
     assert_eq!(result.timing_label(), "interpreted");
+    assert_eq!(result.shapes[0].timing.as_deref(), Some("interpreted"));
     assert!(result.shapes[0].baseline_ci_pct.is_some());
     tolerant::<Reply<Evaluated>>("evaluate.reply.json");
 

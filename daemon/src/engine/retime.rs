@@ -156,9 +156,9 @@ impl Engine {
         let pooled = crate::noise::pool(before.as_ref(), &result);
         let (checked, best) = check_win(w, &proj, &result, pooled.as_ref());
         // Only where a challenger may still come (not after the last iteration's win).
-        let top_up = match &best {
-            Some(EventKind::NewBest { best, .. }) if proj.may_be_challenged() => {
-                wins::top_up(w, best.measurements.unwrap_or(1), own_uid())
+        let top_up = match (&best, pooled.as_ref()) {
+            (Some(EventKind::NewBest { .. }), Some(p)) if proj.may_be_challenged() => {
+                crate::noise::figure(p, &proj.noise).and_then(|f| wins::top_up(w, &f, own_uid()))
             }
             _ => None,
         };

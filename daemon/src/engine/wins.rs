@@ -6,11 +6,12 @@
 //!   against the best's pooled figure);
 //! - its re-time decides (`check_win`): the challenger's measurements pooled, against the
 //!   best's own, recomputed now (`noise::beats`); the new best's figure is the pooled
-//!   estimate, and kerneld asks for re-times of it until it has `BEST_MEASUREMENTS`;
+//!   estimate, and kerneld asks for re-times of it while its standard error is above
+//!   `noise::BEST_SE_PCT` (at most `noise::BEST_MEASUREMENTS` in all);
 //! - a revalidation holds unless its re-time is lower than the candidate's measurements
 //!   before it beyond their noise (`noise::holds`).
 
-use crate::noise::{self, NoisePrior, BEST_MEASUREMENTS};
+use crate::noise::{self, NoisePrior};
 use crate::projection::{GoalProjection, Pending, RetimeWork};
 use crate::wire::*;
 
@@ -176,10 +177,11 @@ pub(super) fn check_win(
     (Some(checked), Some(new_best))
 }
 
-/// kerneld's request for re-times of a new best until it has `BEST_MEASUREMENTS`, so that
-/// challengers face an interval its own noise sets, not the luck of two readings.
-pub(super) fn top_up(w: &RetimeWork, measurements: u32, uid: u32) -> Option<EventKind> {
-    let times = BEST_MEASUREMENTS.saturating_sub(measurements);
+/// kerneld's request for re-times of a new best whose standard error is still above
+/// `noise::BEST_SE_PCT` (`noise::top_ups`), so that challengers face an interval its own
+/// noise sets, not the luck of two readings; none where two readings are precise enough.
+pub(super) fn top_up(w: &RetimeWork, best: &Figure, uid: u32) -> Option<EventKind> {
+    let times = noise::top_ups(best);
     (times > 0).then(|| EventKind::RetimeRequested {
         iteration: w.iteration,
         candidate: w.candidate.clone(),
@@ -299,15 +301,26 @@ pub(super) mod tests {
         assert!((best.speedup - pooled_speedup).abs() < 1e-9);
         assert_eq!((best.measurements, previous), (Some(2), Some(1.5)));
         assert_eq!(best.timing.as_deref(), Some("gpu"));
-        // kerneld then asks for the rest of the new best's measurements.
+        // A new best as noisy as two readings 10 % apart: kerneld asks for re-times of it,
+        // as many as bring its standard error to BEST_SE_PCT (at most BEST_MEASUREMENTS).
+        let noisy = Figure {
+            speedup: best.speedup,
+            se_pct: 2.0 * noise::BEST_SE_PCT,
+            n: 2,
+        };
         let Some(EventKind::RetimeRequested {
             times, for_best, ..
-        }) = top_up(&w, 2, 0)
+        }) = top_up(&w, &noisy, 0)
         else {
             panic!("no top-up")
         };
-        assert_eq!((times, for_best), (BEST_MEASUREMENTS - 2, true));
-        assert!(top_up(&w, BEST_MEASUREMENTS, 0).is_none());
+        assert_eq!((times, for_best), (noise::BEST_MEASUREMENTS - 2, true));
+        // One measured precisely enough gets none.
+        let precise = Figure {
+            se_pct: noise::BEST_SE_PCT / 2.0,
+            ..noisy
+        };
+        assert!(top_up(&w, &precise, 0).is_none());
     }
 
     #[test]

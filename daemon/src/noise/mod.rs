@@ -48,14 +48,35 @@ pub const Z_WIN: f64 = 1.85;
 /// is stopped twice as often, at 0 half of all equal candidates would be re-timed.
 pub const Z_SCREEN: f64 = 0.25;
 
-/// Measurements a new best gets before challengers face it at full precision: its first
+/// At most this many measurements does a new best get before challengers face it: its first
 /// evaluation, its confirmation, and re-times that kerneld asks for (`for_best`) while a
-/// challenger may still come (the goal runs, its iteration budget not spent). With two (the old rule) a 5 % better challenger passes ~91 % at most within
-/// its two evaluations at the H200's noise (z 1.645, which already lets 5.6 % of equal ones
-/// through): the best's own noise is half the difference's. Eight more re-times per new best (a handful of bests a night, a re-time
-/// costing less than an evaluation) bring it to ≥ 96.5 %; its reported figure is then
-/// pooled over ten.
+/// challenger may still come (the goal runs, its iteration budget not spent) and while its
+/// standard error is above `BEST_SE_PCT` (`top_ups`).
 pub const BEST_MEASUREMENTS: u32 = 10;
+
+/// The standard error of a best's log-geomean (%) below which it needs no re-times of its
+/// own. A challenger 5 % better passes the rule when ln 1.05 clears (Z_WIN + 1.645) standard
+/// errors of the difference: 1.4 % of it in all, so a best at 0.5 % leaves the challenger's
+/// two readings most of it. Simulated (sim.rs, 4,000 trials each): with the noise measured on
+/// the H200 (`H200_NOISE`) 5 % better passes 99.6 %, equal 3.0-3.3 %, and a new best gets
+/// 2.7-3.9 re-times (the goal's prior starts at `DEFAULT_NOISE_PCT` until its own repeats
+/// teach it less); with the guess the rule was designed against before (`PESSIMISTIC`,
+/// 2.5-4.5 % on two shapes) 96.2-96.5 % and 3.8-5.0 %, 5.6-6.4 re-times. At 0.6 the latter
+/// let 5.3 % of equal ones through; at 0.4 the H200 spends 4.6-6.2 re-times per best.
+pub const BEST_SE_PCT: f64 = 0.5;
+
+/// How many re-times a new best still wants: enough to bring its standard error to
+/// `BEST_SE_PCT` if it shrinks as 1/sqrt(m), never beyond `BEST_MEASUREMENTS` in all.
+pub fn top_ups(best: &Figure) -> u32 {
+    if !(best.se_pct > BEST_SE_PCT) {
+        return 0;
+    }
+    let m = f64::from(best.n.max(1));
+    let want = (m * (best.se_pct / BEST_SE_PCT).powi(2))
+        .ceil()
+        .min(f64::from(BEST_MEASUREMENTS));
+    (want as u32).saturating_sub(best.n)
+}
 
 /// K0: the prior's weight against a candidate's own spread, in measurements. With m = 2
 /// the own s² has one degree of freedom (a chi-square with 1 d.f. is below a tenth of its

@@ -1,7 +1,8 @@
 //! The win rule simulated with the noise measured on the H200 (issue #23): through the same
 //! functions the daemon decides with (`pool`, `NoisePrior::learn`, `figure`,
 //! `worth_retiming`, `beats`), a challenger's first evaluation is screened, re-timed once,
-//! and decided against a best measured `BEST_MEASUREMENTS` times. Seeded Monte Carlo; the
+//! and decided against a best measured twice and then re-timed as kerneld does (`top_ups`).
+//! Seeded Monte Carlo; the
 //! rates are printed (`cargo test -p kerneld noise::sim -- --nocapture`).
 
 use rand::rngs::StdRng;
@@ -11,10 +12,22 @@ use super::*;
 use crate::wire::{ResultClass, ShapeTiming};
 
 /// Run-to-run noise per shape: the coefficient of variation (%) of a shape's median between
-/// evaluations, candidate and baseline, GPU time (CUDA graph replay).
-/// Source: H200, 2026-12-03, MLA decode shapes (issue #23; to be replaced by the lead's
-/// figures of the H200 run with the new judge).
+/// evaluations, candidate and baseline, GPU time (CUDA graph replay). Source: the H200,
+/// 2026-12-03 (results/gpu/measurement-20261203): the same candidate evaluated four times
+/// beside compile-ahead runners moved 0.1-0.2 % (b1_s8192, b128_s4096, both sides); the
+/// shipped goal's first evaluation against its re-time, per shape, candidate / baseline:
+/// 1.3 / 0.4 % (b1_s8192), 0.01 / 0.3 % (b64_s8192), 0.3 / 4.2 % (b1_s32768), 0.6 / 0.6 %
+/// (b128_s4096); a difference of two readings is sqrt(2) CVs, and each figure below is
+/// rounded up, the smallest to 0.3 %.
 pub(crate) const H200_NOISE: &[(&str, f64, f64)] = &[
+    ("b1_s8192", 1.0, 0.3),
+    ("b64_s8192", 0.3, 0.3),
+    ("b1_s32768", 0.3, 3.0),
+    ("b128_s4096", 0.5, 0.5),
+];
+/// What the rule was designed against before that run (guesses from the graph figures of
+/// one process: spin-merge kernels at 2.5-4.5 % between repeats): it must hold there too.
+const PESSIMISTIC: &[(&str, f64, f64)] = &[
     ("b1_s8192", 0.3, 0.2),
     ("b64_s8192", 2.5, 1.2),
     ("b1_s32768", 0.5, 0.3),
@@ -44,6 +57,11 @@ const NOISY_CI_PCT: (f64, f64) = (5.0, 20.0);
 /// Heavy tails: this share of medians is drawn with `TAIL_FACTOR` times the CV.
 const TAIL_SHARE: f64 = 0.05;
 const TAIL_FACTOR: f64 = 3.0;
+thread_local! {
+    /// Re-times kerneld spent on new bests in the trials of one `rates` call.
+    static TOP_UPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// Trials per rate: its Monte Carlo standard error is 0.35 % at 5 %, 0.3 % at 96 %.
 const TRIALS: usize = 4000;
 
@@ -116,7 +134,16 @@ fn trial(rng: &mut StdRng, regime: &Regime, ratio: f64, history: usize) -> (bool
     for _ in 0..history {
         measured(rng, regime, 1.0, 2, &mut prior);
     }
-    let best = measured(rng, regime, 1.0, BEST_MEASUREMENTS, &mut prior);
+    // The new best: its first evaluation and its confirmation, then the re-times kerneld
+    // asks for while its standard error is above BEST_SE_PCT (`top_ups`).
+    let mut best = measured(rng, regime, 1.0, 2, &mut prior);
+    let more = top_ups(&figure(&best, &prior).expect("shapes"));
+    for _ in 0..more {
+        let next = pool(Some(&best), &evaluation(rng, regime, 1.0)).expect("timed");
+        prior.learn(Some(&best), &next);
+        best = next;
+    }
+    TOP_UPS.with(|t| t.set(t.get() + u64::from(more)));
     // Its first evaluation: record() screens it against the best as the prior is then.
     let first = measured(rng, regime, ratio, 1, &mut prior);
     let screen = figure(&first, &prior).expect("shapes");
@@ -147,9 +174,12 @@ fn rates(seed: u64, regime: &Regime, ratio: f64, history: usize) -> (f64, f64) {
 }
 
 fn report(what: &str, seed: u64, regime: &Regime, ratio: f64, history: usize) -> f64 {
+    TOP_UPS.with(|t| t.set(0));
     let (screened, accepted) = rates(seed, regime, ratio, history);
+    let top_ups = TOP_UPS.with(|t| t.get()) as f64 / TRIALS as f64;
     println!(
-        "{what}: {:.0} % faster, after {history} refuted challengers: re-timed {:.1} %, accepted {:.1} % ({TRIALS} trials)",
+        "{what}: {:.0} % faster, after {history} refuted challengers: re-timed {:.1} %, accepted {:.1} %, \
+         kerneld's re-times per new best {top_ups:.2} ({TRIALS} trials)",
         (ratio - 1.0) * 100.0,
         screened * 100.0,
         accepted * 100.0
@@ -159,17 +189,20 @@ fn report(what: &str, seed: u64, regime: &Regime, ratio: f64, history: usize) ->
 
 #[test]
 fn on_the_h200_a_5_pct_better_candidate_wins_and_an_equal_one_does_not() {
-    let h200 = Regime {
-        shapes: H200_NOISE,
-        ci_pct: H200_CI_PCT,
-    };
-    // history 0: the first challenger of the goal's first best (its prior is the best's
-    // own repeats); 5: later in the night.
-    for (seed, history) in [(23, 0), (2023, 5)] {
-        let better = report("H200", seed, &h200, 1.05, history);
-        let equal = report("H200", seed + 1, &h200, 1.0, history);
-        assert!(better >= 0.95, "5 % better accepted only {better}");
-        assert!(equal <= 0.05, "equal accepted {equal}");
+    // The noise measured on the H200, and the guess the rule was designed against before.
+    for (what, shapes) in [("H200", H200_NOISE), ("pessimistic", PESSIMISTIC)] {
+        let regime = Regime {
+            shapes,
+            ci_pct: H200_CI_PCT,
+        };
+        // history 0: the first challenger of the goal's first best (its prior is the
+        // best's own repeats); 5: later in the night.
+        for (seed, history) in [(23, 0), (2023, 5)] {
+            let better = report(what, seed, &regime, 1.05, history);
+            let equal = report(what, seed + 1, &regime, 1.0, history);
+            assert!(better >= 0.95, "{what}: 5 % better accepted only {better}");
+            assert!(equal <= 0.05, "{what}: equal accepted {equal}");
+        }
     }
 }
 
