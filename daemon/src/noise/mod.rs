@@ -336,14 +336,20 @@ pub(crate) mod tests {
 
     /// A correct, timed result with these (candidate, baseline) medians per shape.
     pub(crate) fn timed(shapes: &[(&str, f64, f64)], ci: Option<f64>) -> EvalResult {
-        let shapes: Vec<ShapeTiming> = shapes
-            .iter()
-            .map(|(n, c, b)| ShapeTiming {
-                ci_pct: ci,
-                baseline_ci_pct: ci,
-                ..ShapeTiming::new(n, *c, *b)
-            })
-            .collect();
+        scored(
+            shapes
+                .iter()
+                .map(|(n, c, b)| ShapeTiming {
+                    ci_pct: ci,
+                    baseline_ci_pct: ci,
+                    ..ShapeTiming::new(n, *c, *b)
+                })
+                .collect(),
+        )
+    }
+
+    /// A correct result of these shape rows, its speedup their geomean.
+    pub(crate) fn scored(shapes: Vec<ShapeTiming>) -> EvalResult {
         let logs: f64 = shapes.iter().map(|s| s.speedup.ln()).sum();
         EvalResult {
             class: ResultClass::Ok,
