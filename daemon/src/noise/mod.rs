@@ -68,7 +68,7 @@ pub const BEST_SE_PCT: f64 = 0.5;
 /// How many re-times a new best still wants: enough to bring its standard error to
 /// `BEST_SE_PCT` if it shrinks as 1/sqrt(m), never beyond `BEST_MEASUREMENTS` in all.
 pub fn top_ups(best: &Figure) -> u32 {
-    if !(best.se_pct > BEST_SE_PCT) {
+    if best.se_pct.is_nan() || best.se_pct <= BEST_SE_PCT {
         return 0;
     }
     let m = f64::from(best.n.max(1));
