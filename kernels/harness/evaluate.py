@@ -362,6 +362,7 @@ def evaluate(req: dict, pool: Pool | None = None) -> dict:
             del cand_vars, base_vars
             c = res["candidate"]
             b = res["baseline"] or {"median_us": None, "spread_pct": None}
+            _require_samples(name, res, c, b if bl else None)
             sp = b["median_us"] / c["median_us"] if c["median_us"] and b["median_us"] else None
             row = {"shape": name, "median_us": _r(c["median_us"]), "spread_pct": _r(c["spread_pct"]),
                    "ci_pct": _r(c["ci_pct"]), "ci_low_us": _r(c.get("ci_low_us")), "ci_high_us": _r(c.get("ci_high_us")),
@@ -447,6 +448,19 @@ def _kernels(sess, task, timed, seeds, device, dtype):
     except RunnerDied as e:
         return [{"name": f"(kernel stats unavailable: {e.message})"}]
     return rep.kernels or []
+
+
+def _require_samples(name, res, cand, base):
+    """A side with no timing sample left has no figure: that is the machine's doing (every batch
+    throttled, or every call's launch leaked past the hold), never a figure of 0 or null."""
+    for side, st in (("candidate", cand), ("baseline", base)):
+        if st is not None and not st.get("median_us"):
+            raise CheckFailure(
+                "error", f"shape {name}: no timing sample of the {side} survived ({res['discarded']} discarded "
+                f"because the GPU throttled or its clock fell below 85 % of the run's highest, "
+                f"{res['leaked_samples']} leaked past the hold of {res['hold_us']} us; method {res.get('method')}): "
+                "check the GPU's clocks and throttle reasons (nvidia-smi -q -d PERFORMANCE) and re-time",
+                rule="timing-samples")
 
 
 def _r(x, nd=3):
