@@ -455,7 +455,11 @@ fn unreadable(v: &Value, e: &serde_json::Error) -> String {
     fn walk(v: &Value, at: &mut String, out: &mut Vec<String>) {
         let len = at.len();
         match v {
-            Value::Null => out.push(if at.is_empty() { "/".into() } else { at.clone() }),
+            Value::Null => out.push(if at.is_empty() {
+                "/".into()
+            } else {
+                at.clone()
+            }),
             Value::Array(xs) => {
                 for (i, x) in xs.iter().enumerate() {
                     at.push_str(&format!("/{i}"));
@@ -481,7 +485,11 @@ fn unreadable(v: &Value, e: &serde_json::Error) -> String {
     }
     let more = nulls.len().saturating_sub(12);
     nulls.truncate(12);
-    let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
     format!("{e} (nulls at {}{more})", nulls.join(", "))
 }
 
@@ -505,13 +513,18 @@ mod tests {
     fn an_unreadable_reply_names_its_nulls() {
         let v = json!({"id": 1, "ok": true, "result": {"class": "ok",
             "shapes": [{"shape": "b1", "median_us": 20.0, "baseline_us": null}]}});
-        let e = <worker::Reply<worker::Evaluated> as serde::Deserialize>::deserialize(&v).unwrap_err();
+        let e =
+            <worker::Reply<worker::Evaluated> as serde::Deserialize>::deserialize(&v).unwrap_err();
         let msg = unreadable(&v, &e);
         assert!(msg.contains("expected f64"), "{msg}");
-        assert!(msg.contains("nulls at /result/shapes/0/baseline_us"), "{msg}");
+        assert!(
+            msg.contains("nulls at /result/shapes/0/baseline_us"),
+            "{msg}"
+        );
         // another kind of error is left as serde said it
         let v = json!({"id": 1, "ok": "yes"});
-        let e = <worker::Reply<worker::Evaluated> as serde::Deserialize>::deserialize(&v).unwrap_err();
+        let e =
+            <worker::Reply<worker::Evaluated> as serde::Deserialize>::deserialize(&v).unwrap_err();
         assert_eq!(unreadable(&v, &e), e.to_string());
     }
 }
