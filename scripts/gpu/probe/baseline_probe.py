@@ -2,6 +2,7 @@
 judge's _probe_baseline runs it; prints OK and the seconds, or the whole traceback.
 
     python scripts/gpu/probe/baseline_probe.py kernels/mla [torch_compile] [shape]
+    PROBE_DEVICE=cpu ...     (on a machine without a GPU: inductor's CPU path)
 
 Run bare, in the judge's cleared environment and under kerneld-sandbox, it tells which of
 them stops a baseline that fails in the sandboxed judge (issue 24).
@@ -19,10 +20,14 @@ try:
     task = load_task(sys.argv[1])
     name = sys.argv[2] if len(sys.argv) > 2 else task.default_baseline
     fn = task.baseline_fn(name)
-    shape_name, shape = next(iter(task.shapes.items())) if len(sys.argv) <= 3 else (sys.argv[3], task.shapes[sys.argv[3]])
-    inputs = task.make_inputs(shape, 7, "cuda", torch.bfloat16)
+    every = {**task.shapes, **getattr(task, "heldout", {}), **task.smoke}
+    shape_name = sys.argv[3] if len(sys.argv) > 3 else next(iter(task.shapes))
+    shape = every[shape_name]
+    device = os.environ.get("PROBE_DEVICE", "cuda")     # cpu: inductor's C++ path instead
+    inputs = task.make_inputs(shape, 7, device, torch.bfloat16 if device == "cuda" else torch.float32)
     fn(**inputs)
-    torch.cuda.synchronize()
+    if device == "cuda":
+        torch.cuda.synchronize()
     print(f"OK {name} on {shape_name} in {time.time() - t0:.1f} s")
 except BaseException:
     traceback.print_exc()
