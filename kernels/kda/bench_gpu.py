@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -33,13 +34,20 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))          # kernels/: the harness package
 
-import torch  # noqa: E402
+torch = bench = dev = timing = load_candidate = CheckFailure = run_battery = None
+low_dtype = probe_baseline = sync_fn = time_impls = load_task = None
 
-from harness import bench, device as dev, timing  # noqa: E402
-from harness.candidate import load_candidate  # noqa: E402
-from harness.correctness import CheckFailure, run_battery  # noqa: E402
-from harness.inprocess import low_dtype, probe_baseline, sync_fn, time_impls  # noqa: E402
-from harness.taskload import load_task  # noqa: E402
+
+def _imports():
+    """torch and the harness, imported only when something runs (--summary needs neither)."""
+    global torch, bench, dev, timing, load_candidate, CheckFailure, run_battery
+    global low_dtype, probe_baseline, sync_fn, time_impls, load_task
+    import torch
+    from harness import bench, device as dev, timing
+    from harness.candidate import load_candidate
+    from harness.correctness import CheckFailure, run_battery
+    from harness.inprocess import low_dtype, probe_baseline, sync_fn, time_impls
+    from harness.taskload import load_task
 
 # label -> seed file; the first is the one under test (the battery runs on it)
 CANDIDATES = {"v5": "seeds/chunked_split.py", "v4": "seeds/chunked_v4.py"}
@@ -84,10 +92,16 @@ def main(argv=None) -> int:
     ap.add_argument("--no-heldout", action="store_true")
     ap.add_argument("--candidate", action="append", default=[], help="LABEL=PATH (adds; for tests)")
     ap.add_argument("--summary", default=None, help="print the summary of an existing JSON and exit")
+    ap.add_argument("--no-warm", action="store_true", help="no parallel compile processes")
+    ap.add_argument("--warm-on-cpu", action="store_true", help="start them in a CPU dry run too (tests)")
+    ap.add_argument("--warm", default=None, help=argparse.SUPPRESS)   # LABEL@SHAPE: one call (a warm-up process)
     a = ap.parse_args(argv)
     if a.summary:
         print(summary(json.loads(Path(a.summary).read_text())))
         return 0
+    _imports()
+    if a.warm:
+        return warm(a.warm, dict(x.split("=", 1) for x in a.candidate))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     run = Run(out, a.budget_s)
@@ -124,9 +138,27 @@ def main(argv=None) -> int:
         res["note"] += f"FLA not available here ({'CPU dry run' if cpu else 'fla-core does not import'}): baseline {base}. "
     bfn = task.baseline_fn(base)
     run.save()
+    # 0. compile in parallel processes (Triton's on-disk cache then serves this one): v5 at every
+    #    checked shape, v4 and FLA at the goal shapes (FLA: its autotune candidates compile there;
+    #    the choice is made here, on an idle GPU, as the timing stage has it to itself)
+    warmers = []
+    if (not cpu or a.warm_on_cpu) and not a.no_warm:
+        jobs = [(under_label(), n) for n, _ in goal + heldout] + [(lb, n) for lb in res["candidates"]
+                                                                 if lb != under_label() for n, _ in goal]
+        if base == "fla":
+            jobs += [("fla", n) for n, _ in goal]
+        loaded = {c[0] for c in cands} | {"fla"}
+        for lb, n in jobs:
+            if lb in loaded:
+                warmers.append((lb, n, time.time(), subprocess.Popen(
+                    [sys.executable, __file__, "--warm", f"{lb}@{n}"] + sum((["--candidate", x] for x in a.candidate), []),
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                    # FLA caches autotune choices on disk by default: a choice made on a GPU shared
+                    # with 15 other processes must not be the one timed
+                    env={**os.environ, "FLA_CACHE_RESULTS": "0"})))
 
     # 1. the battery on the candidate under test (the first one), shape by shape
-    under = next((c for c in cands if c[0] == next(iter(CANDIDATES))), None)
+    under = next((c for c in cands if c[0] == under_label()), None)
     for sname, shape in goal + heldout:
         kind = "goal" if (sname, shape) in goal else "heldout"
         if under is None:
@@ -160,6 +192,22 @@ def main(argv=None) -> int:
               file=sys.stderr)
         run.save()
 
+    # the warm-up processes must be gone before anything is timed
+    res["warm"] = []
+    for lb, n, t, p in warmers:
+        try:
+            _, err = p.communicate(timeout=max(1.0, min(90.0, run.left() - EST_TIME_S * 2)))
+            res["warm"].append({"job": f"{lb}@{n}", "rc": p.returncode, "s": round(time.time() - t, 1),
+                                "stderr": (err or "")[-300:] if p.returncode else None})
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            res["warm"].append({"job": f"{lb}@{n}", "rc": None, "s": round(time.time() - t, 1), "stderr": "killed (time)"})
+    if warmers:
+        print(f"[kda] warm-up processes done at {time.time() - run.t0:.0f} s: "
+              f"{sum(w['rc'] == 0 for w in res['warm'])}/{len(warmers)} ok", file=sys.stderr)
+        run.save()
+
     # 2. timing, shape by shape
     try:
         res["copy_gbps"] = None if cpu else timing.copy_bandwidth_gbps()
@@ -180,6 +228,33 @@ def main(argv=None) -> int:
     print(summary(res))
     ok = all(c["correct"] for c in res["checks"]) and bool(res["checks"])
     return 0 if ok else 1
+
+
+def under_label() -> str:
+    return next(iter(CANDIDATES))
+
+
+def warm(job: str, extra: dict) -> int:
+    """One call of LABEL (a candidate at its BEST, or the baseline `fla`) at SHAPE: compiles
+    (and, for FLA, compiles its autotune candidates) into Triton's on-disk cache."""
+    label, sname = job.split("@", 1)
+    task = load_task(str(HERE))
+    shape = {**task.shapes, **task.heldout, **task.smoke}[sname]
+    cpu = dev.cpu_mode()
+    inputs = task.make_inputs(shape, 1, dev.device_str(), low_dtype(cpu))
+    if label == "fla":
+        task.baseline_fn("fla")(**inputs)
+    else:
+        rel = {**CANDIDATES, **extra}[label]
+        c = load_candidate(Path(rel) if Path(rel).is_absolute() else HERE / rel, task.banned_calls)
+        cfg = c.resolve_config(getattr(c.module, "BEST", None) or c.default)
+        B, T, H, K = inputs["q"].shape
+        out = {"o": torch.empty_like(inputs["v"]),
+               "final_state": torch.empty((B, H, K, inputs["v"].shape[-1]), device=inputs["v"].device,
+                                          dtype=torch.float32)}
+        c.entry(task.entry)(inputs, out, cfg)
+    sync_fn(cpu)()
+    return 0
 
 
 def time_shape(task, cands, base, bfn, sname, shape, tcfg, cpu, device, dtype, res) -> list[dict]:
@@ -239,12 +314,12 @@ def time_shape(task, cands, base, bfn, sname, shape, tcfg, cpu, device, dtype, r
             if ref.get(b) and r.get("median_us"):
                 r[f"speedup_vs_{b}"] = round(ref[b] / r["median_us"], 3)
         if r["kind"] == "candidate":
-            c = checks.get(sname) if r["impl"] == next(iter(CANDIDATES)) else None
+            c = checks.get(sname) if r["impl"] == under_label() else None
             # correct: the battery's verdict (the candidate under test) and the timed call's re-check
             r["correct"] = (None if c is None else c["correct"]) if r.get("late_check_ok", False) else False
             if c:
                 r["rel_rmse_o"], r["rel_rmse_final_state"] = c.get("rel_rmse_o"), c.get("rel_rmse_final_state")
-        r.update({k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items() if isinstance(v, float)})
+        r.update({k: round(v, 3) for k, v in r.items() if isinstance(v, float)})
     return rows
 
 
