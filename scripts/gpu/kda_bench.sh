@@ -13,7 +13,8 @@
 # FLA: fla-core 0.6.0 from its wheel in .whl/ (pure Python; the H200 has no network; fetched with
 # `python3 -m pip download --no-deps -d .whl fla-core==0.6.0`), FLA_FLASH_KDA=0 keeps it Triton.
 # Without it the baseline is torch_chunked (noted in the JSON).
-# CPU dry run of the same logic (interpreter, smoke shapes, torch_chunked): DRY=1 OUT=/tmp/x bash ...
+# CPU dry run of the same logic (interpreter, one smoke shape, torch_chunked): DRY=1 OUT=/tmp/x bash ...
+# (kernels/kda/tests/test_kda_bench_gpu.py runs it, with a seed that raises and one that does not parse)
 set -u
 : "${OUT:?OUT=<dir> bash scripts/gpu/kda_bench.sh}"
 mkdir -p "$OUT"
@@ -29,10 +30,10 @@ fi
 export FLA_FLASH_KDA=0 PYTHONUNBUFFERED=1
 export KERNELD_COMMIT=${KERNELD_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}
 limit=$((232 - SECONDS))                      # the process's wall limit; 8 s for the summary
-extra=()
+read -r -a extra <<< "${KDA_BENCH_ARGS:-}"       # more bench_gpu.py arguments, e.g. --no-heldout
 if [ -n "${DRY:-}" ]; then
   export TRITON_INTERPRET=1
-  extra=(--shapes "${DRY_SHAPES:-s_strong_h0}")
+  extra+=(--shapes "${DRY_SHAPES:-s_strong_h0}")
 fi
 timeout -k 5 "$limit" $PY kernels/kda/bench_gpu.py --out "$OUT" --budget-s $((limit - 12)) "${extra[@]}" \
   > "$OUT/bench_gpu.log" 2>&1
