@@ -51,6 +51,13 @@ def _imports():
 
 # label -> seed file; the first is the one under test (the battery runs on it)
 CANDIDATES = {"v5": "seeds/chunked_split.py", "v4": "seeds/chunked_v4.py"}
+# v5 off its BEST, timed beside it (not checked by the battery: the same kernels; the timed call's
+# output is still re-checked): the split count and the chunk size the cost model chose. A SPLIT
+# variant is timed only where it gives another segment count than `auto`.
+VARIANTS = {"v5[SPLIT=1]": ("v5", {"SPLIT": 1}), "v5[SPLIT=4]": ("v5", {"SPLIT": 4}),
+            "v5[SPLIT=8]": ("v5", {"SPLIT": 8}), "v5[C=64]": ("v5", {"C": 64})}
+VARIANT_SHAPES = {"v5[C=64]": ("b1_t8192_h16",)}
+MODS = {}                      # label -> the loaded seed module
 SHAPE_ORDER = ["b1_t8192_h16", "b8_t4096_h16", "b2_t16384_h16", "b1_t8192_h32"]
 GPU_TIMING = {"warmup_ms": 25, "min_reps": 20, "max_reps": 60, "target_noise_pct": 0.5}
 CPU_TIMING = {"cpu_reps": 2}
@@ -127,6 +134,7 @@ def main(argv=None) -> int:
             c = load_candidate(p, task.banned_calls)
             cfg = c.resolve_config(getattr(c.module, "BEST", None) or c.default)
             cands.append((label, c.entry(task.entry), cfg))
+            MODS[label] = c.module
             entry["config"] = cfg
         except Exception as e:
             entry["error"] = getattr(e, "message", None) or _err(e)
@@ -137,6 +145,11 @@ def main(argv=None) -> int:
     if base != "fla":
         res["note"] += f"FLA not available here ({'CPU dry run' if cpu else 'fla-core does not import'}): baseline {base}. "
     bfn = task.baseline_fn(base)
+    variants = []
+    for label, (of, over) in VARIANTS.items():
+        c = next((x for x in cands if x[0] == of), None)
+        if c is not None:
+            variants.append((label, c[1], dict(c[2], **over)))
     run.save()
     # 0. compile in parallel processes (Triton's on-disk cache then serves this one): v5 at every
     #    checked shape, v4 and FLA at the goal shapes (FLA: its autotune candidates compile there;
@@ -147,7 +160,9 @@ def main(argv=None) -> int:
                                                                  if lb != under_label() for n, _ in goal]
         if base == "fla":
             jobs += [("fla", n) for n, _ in goal]
-        loaded = {c[0] for c in cands} | {"fla"}
+        jobs += [(lb, n) for lb, _, _ in variants for n, _ in goal if n in VARIANT_SHAPES.get(lb, (n,))
+                 and lb.startswith("v5[C=")]           # a SPLIT variant compiles nothing new
+        loaded = {c[0] for c in cands} | {"fla"} | {v[0] for v in variants}
         for lb, n in jobs:
             if lb in loaded:
                 warmers.append((lb, n, time.time(), subprocess.Popen(
@@ -219,7 +234,9 @@ def main(argv=None) -> int:
             res["skipped"].append({"stage": "time", "shape": sname, "why": f"{run.left():.0f} s left"})
             continue
         t = time.time()
-        res["results"].extend(time_shape(task, cands, base, bfn, sname, shape, tcfg, cpu, device, dtype, res))
+        sides = cands + [v for v in variants if sname in VARIANT_SHAPES.get(v[0], (sname,))
+                         and differs(cands, v, shape)]
+        res["results"].extend(time_shape(task, sides, base, bfn, sname, shape, tcfg, cpu, device, dtype, res))
         print(f"[kda] timed {sname} ({time.time() - t:.1f} s): " + ", ".join(
             f"{r['impl']} {r['median_us']:.1f}" if r.get("median_us") else f"{r['impl']} ERR"
             for r in res["results"] if r["shape"] == sname), file=sys.stderr)
@@ -234,6 +251,22 @@ def under_label() -> str:
     return next(iter(CANDIDATES))
 
 
+def differs(cands, variant, shape) -> bool:
+    """False for a SPLIT variant that `auto` already is at this shape (v5's own cost model)."""
+    label, _, cfg = variant
+    if "SPLIT" not in VARIANTS[label][1]:
+        return True
+    try:
+        mod = MODS[VARIANTS[label][0]]
+        K, V = shape.get("K", 128), shape.get("V", 128)
+        bv, ntc = min(cfg["BV"], V, K), -(-shape["T"] // cfg["C"])
+        bh = shape["B"] * shape["H"]
+        base_cfg = dict(cfg, SPLIT="auto")
+        return mod.segments(cfg, bh, ntc, K, V, bv, cfg["C"]) != mod.segments(base_cfg, bh, ntc, K, V, bv, cfg["C"])
+    except Exception:
+        return True
+
+
 def warm(job: str, extra: dict) -> int:
     """One call of LABEL (a candidate at its BEST, or the baseline `fla`) at SHAPE: compiles
     (and, for FLA, compiles its autotune candidates) into Triton's on-disk cache."""
@@ -245,9 +278,10 @@ def warm(job: str, extra: dict) -> int:
     if label == "fla":
         task.baseline_fn("fla")(**inputs)
     else:
-        rel = {**CANDIDATES, **extra}[label]
+        of, over = VARIANTS.get(label, (label, {}))
+        rel = {**CANDIDATES, **extra}[of]
         c = load_candidate(Path(rel) if Path(rel).is_absolute() else HERE / rel, task.banned_calls)
-        cfg = c.resolve_config(getattr(c.module, "BEST", None) or c.default)
+        cfg = dict(c.resolve_config(getattr(c.module, "BEST", None) or c.default), **over)
         B, T, H, K = inputs["q"].shape
         out = {"o": torch.empty_like(inputs["v"]),
                "final_state": torch.empty((B, H, K, inputs["v"].shape[-1]), device=inputs["v"].device,

@@ -42,6 +42,9 @@ def test_dry_run_fails_soft(tmp_path):
     assert rows["v5"]["median_us"] and rows["v4"]["median_us"] and rows["torch_chunked"]["median_us"], rows
     assert rows["v5"]["correct"] is True and rows["v4"]["correct"] is None     # v4: no battery, re-check ok
     assert rows["bad"]["median_us"] is None and "broken on purpose" in rows["bad"]["error"]
+    # a split variant of v5 (auto does not split 5 chunks; SPLIT 8 clamps to 5 segments), re-checked
+    assert rows["v5[SPLIT=8]"]["median_us"] and rows["v5[SPLIT=8]"]["error"] is None, rows["v5[SPLIT=8]"]
+    assert "v5[SPLIT=1]" not in rows and "v5[C=64]" not in rows     # = auto here / headline shape only
     assert "error" in d["candidates"]["syn"]
     last = res.stdout.strip().splitlines()
     assert any(x.startswith("== KDA v5 bench") for x in last[-12:]), res.stdout[-2000:]
