@@ -67,7 +67,7 @@ res["v3"] = {
   "ab_run5": [x for x in r5ab["rows"] if x.get("stage") in ("check", "time", "pick")],
   "env_run4": clean_env(r4["env"]),
 }
-# v4 (seeds/chunked_v4.py): the next session's two calls (scripts/gpu/kda_s5_call1.sh: tune_v4.py's
+# v4 (seeds/chunked_v4.py): two planned calls (the retired scripts/gpu/kda_s5_call1.sh: tune_v4.py's
 # rows; kda_s5_call2.sh: bench.py's rows), folded in when their raw outputs are copied here
 s5 = {"sweep_s5_call1": "h200_s5_call1_v4.json", "bench_s5_call2": "h200_s5_call2_bench.json"}
 s5 = {k: Path(__file__).with_name(f) for k, f in s5.items()}
