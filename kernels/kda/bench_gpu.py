@@ -163,11 +163,14 @@ def main(argv=None) -> int:
         jobs += [(lb, n) for lb, _, _ in variants for n, _ in goal if n in VARIANT_SHAPES.get(lb, (n,))
                  and lb.startswith("v5[C=")]           # a SPLIT variant compiles nothing new
         loaded = {c[0] for c in cands} | {"fla"} | {v[0] for v in variants}
+        logs = out / "warm"
+        logs.mkdir(exist_ok=True)
         for lb, n in jobs:
             if lb in loaded:
-                warmers.append((lb, n, time.time(), subprocess.Popen(
+                log = open(logs / f"{lb}@{n}.log".replace("[", "_").replace("]", "_").replace("=", "_"), "w")
+                warmers.append((lb, n, time.time(), log, subprocess.Popen(
                     [sys.executable, __file__, "--warm", f"{lb}@{n}"] + sum((["--candidate", x] for x in a.candidate), []),
-                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                    stdout=log, stderr=subprocess.STDOUT,
                     # FLA caches autotune choices on disk by default: a choice made on a GPU shared
                     # with 15 other processes must not be the one timed
                     env={**os.environ, "FLA_CACHE_RESULTS": "0"})))
@@ -209,15 +212,19 @@ def main(argv=None) -> int:
 
     # the warm-up processes must be gone before anything is timed
     res["warm"] = []
-    for lb, n, t, p in warmers:
+    deadline = time.time() + max(1.0, min(90.0, run.left() - EST_TIME_S * 2))     # one for all of them
+    for lb, n, t, log, p in warmers:
         try:
-            _, err = p.communicate(timeout=max(1.0, min(90.0, run.left() - EST_TIME_S * 2)))
-            res["warm"].append({"job": f"{lb}@{n}", "rc": p.returncode, "s": round(time.time() - t, 1),
-                                "stderr": (err or "")[-300:] if p.returncode else None})
+            p.wait(timeout=max(0.1, deadline - time.time()))
+            why = None
         except subprocess.TimeoutExpired:
             p.kill()
-            p.communicate()
-            res["warm"].append({"job": f"{lb}@{n}", "rc": None, "s": round(time.time() - t, 1), "stderr": "killed (time)"})
+            p.wait()
+            why = "killed (time)"
+        log.close()
+        tail = Path(log.name).read_text(errors="replace")[-300:] if (p.returncode or why) else None
+        res["warm"].append({"job": f"{lb}@{n}", "rc": p.returncode, "s": round(time.time() - t, 1),
+                            "why": why, "log_tail": tail})
     if warmers:
         print(f"[kda] warm-up processes done at {time.time() - run.t0:.0f} s: "
               f"{sum(w['rc'] == 0 for w in res['warm'])}/{len(warmers)} ok", file=sys.stderr)
@@ -382,6 +389,10 @@ def summary(res: dict) -> str:
             else:
                 parts.append(f"{r['impl']} ERROR {str(r.get('error'))[:80]}")
         lines.append(f"{sname} [us, x vs {ref}]: " + "; ".join(parts))
+    if res.get("warm"):
+        bad_w = [w["job"] + (f" ({w['why']})" if w.get("why") else f" (rc {w['rc']})") for w in res["warm"] if w["rc"] != 0]
+        lines.append(f"warm-up processes: {len(res['warm']) - len(bad_w)}/{len(res['warm'])} ok"
+                     + (": not ok " + ", ".join(bad_w) if bad_w else ""))
     for s in res["skipped"]:
         lines.append(f"skipped {s['stage']} {s['shape']} ({s['why']})")
     for e in res["errors"]:
