@@ -21,7 +21,7 @@ mkdir -p "$OUT"
 PY=${PY:-python3}
 if ! $PY -c "import fla.ops.kda" >/dev/null 2>&1; then
   if ls .whl/fla_core-*.whl >/dev/null 2>&1; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/fla_core-*.whl \
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/fla_core-*.whl \
       && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
   else
     echo "[kda] no fla-core wheel in .whl/: the baseline will be torch_chunked"
