@@ -38,8 +38,11 @@ SEEDS = {"v4": TASK_DIR / "seeds" / "splitkv_v4.py", "v3": TASK_DIR / "seeds" / 
 LABEL = {k: p.stem for k, p in SEEDS.items()}          # bench.py names a candidate by its file's stem
 # issue 27's "done when" (GPU time, µs) and the predictions written in kernels/mla/NOTES.md before the run
 TARGET_US = {"b1_s8192": 12.0, "b64_s8192": 175.0, "b1_s32768": 20.0, "b128_s4096": 175.0}
-PREDICTED_V4_US = {"b1_s8192": 15.0, "b64_s8192": 180.0, "b1_s32768": 26.0, "b128_s4096": 178.0}
-MEASURED_V3_US = {"b1_s8192": 18.6, "b64_s8192": 207.0, "b1_s32768": 32.3, "b128_s4096": 205.0}  # FIELD_NOTES §1c
+PREDICTED_V4_US = {"b1_s8192": 16.0, "b64_s8192": 178.0, "b1_s32768": 24.0, "b128_s4096": 175.0}
+# FIELD_NOTES §1c (GPU time from a CUDA graph of 20 calls, 2026-12-03): v3 BEST and torch.compile, for a cross-check
+# (torch.compile autotunes here while the batteries run: a figure far above these means a worse template was picked)
+EARLIER_US = {"splitkv_v3": {"b1_s8192": 18.6, "b64_s8192": 207.0, "b1_s32768": 32.3, "b128_s4096": 205.0},
+              "torch_compile": {"b1_s8192": 26.8, "b64_s8192": 403.0, "b128_s4096": 409.0}}
 BATTERY_S = 150           # each battery process: at most this long after the start, then killed
 BENCH_SHAPE_S = 25        # a goal shape's bench.py call is started only with this much budget left
 
@@ -262,7 +265,7 @@ def _summary_text(rows, summary, goal_names, baseline) -> str:
            f"{env.get('gpu')}, driver {env.get('driver')}, torch {env.get('torch')}, triton {env.get('triton')}, "
            f"commit {env.get('commit')}, {env.get('date')}",
            f"{'shape':<12} {'v4':>9} {'v3':>9} {baseline:>14} {'v4 %copy':>9} {'v4/v3':>6} {'target':>7} "
-           f"{'pred v4':>8}"]
+           f"{'pred v4':>8}  earlier v3 / {baseline}"]
     for n in goal_names:
         vals = [by.get((n, i), {}).get("median_us") for i in imps]
         r4 = by.get((n, imps[0]), {})
@@ -270,7 +273,8 @@ def _summary_text(rows, summary, goal_names, baseline) -> str:
         ratio = vals[0] / vals[1] if vals[0] and vals[1] else None
         out.append(f"{n:<12} {f(vals[0])} {f(vals[1])} {f(vals[2], 14)} {f(r4.get('pct_copy_bw'))} "
                    f"{f(ratio, 6) if ratio is None else f'{ratio:>6.2f}'} {f(TARGET_US.get(n), 7)} "
-                   f"{f(PREDICTED_V4_US.get(n), 8)}")
+                   f"{f(PREDICTED_V4_US.get(n), 8)}  {EARLIER_US['splitkv_v3'].get(n, '-')} / "
+                   f"{EARLIER_US.get(baseline, {}).get(n, '-')}")
     for s, b in (summary.get("battery") or {}).items():
         ok = [k for k, v in (b.get("shapes") or {}).items() if v.get("ok")]
         bad = {k: v.get("error", "")[:160] for k, v in (b.get("shapes") or {}).items() if not v.get("ok")}
