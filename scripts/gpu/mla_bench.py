@@ -43,7 +43,7 @@ PREDICTED_V4_US = {"b1_s8192": 16.0, "b64_s8192": 178.0, "b1_s32768": 24.0, "b12
 # (torch.compile autotunes here while the batteries run: a figure far above these means a worse template was picked)
 EARLIER_US = {"splitkv_v3": {"b1_s8192": 18.6, "b64_s8192": 207.0, "b1_s32768": 32.3, "b128_s4096": 205.0},
               "torch_compile": {"b1_s8192": 26.8, "b64_s8192": 403.0, "b128_s4096": 409.0}}
-BATTERY_S = 150           # each battery process: at most this long after the start, then killed
+BATTERY_S = 130          # each battery process: at most this long after the start, then killed (goal shapes run first)
 BENCH_SHAPE_S = 25        # a goal shape's bench.py call is started only with this much budget left
 
 
@@ -156,6 +156,19 @@ def _verdict(bat, goal_names) -> dict:
             "missing": missing}
 
 
+def _write_rows(out: Path, rows: list, verdict: dict, bat: dict, seeds: list[int]) -> None:
+    """bench.py's rows (each carries the environment) with `correct` from this run's battery (bench.py ran with
+    --no-check), as DIR/h200.json."""
+    for r in rows:
+        seed = next((s for s, lab in LABEL.items() if r.get("impl") == lab), None)
+        if seed:
+            v = verdict[seed]
+            r["correct"] = bool(v["all"]) and r.get("correct") is not False
+            r["battery"] = {"all_shapes_ok": v["all"], "failed": v["failed"], "seeds": seeds,
+                            "shapes": len((bat[seed] or {}).get("shapes") or {})}
+    (out / "h200.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
+
+
 def run(out: Path, budget_s: float, seeds: list[int], baseline: str | None, paths: dict) -> int:
     t_start = time.time()
     deadline = t_start + budget_s
@@ -202,7 +215,7 @@ def run(out: Path, budget_s: float, seeds: list[int], baseline: str | None, path
 
     bat, verdict = {}, {}
     for seed, (proc, f) in procs.items():
-        how = _wait(proc, min(deadline - 30, t_start + BATTERY_S))
+        how = _wait(proc, min(deadline - 30, t_start + float(os.environ.get("MLA_BENCH_BATTERY_S", BATTERY_S))))
         f.close()
         bat[seed] = _read_json(out / f"battery_{seed}.json")
         verdict[seed] = dict(_verdict(bat[seed], goal_names), process=how)
@@ -241,15 +254,9 @@ def run(out: Path, budget_s: float, seeds: list[int], baseline: str | None, path
             phases[f"bench_{name}_s"] = round(time.time() - t1, 1)
             # on a CPU bench.py times every smoke shape whatever --shapes says: keep this one's rows
             rows += [r for r in (_read_json(out / f"bench_{name}.json") or []) if r.get("shape") == name]
-    # 3. this run's verdicts in the rows, h200.json-shaped output
-    for r in rows:
-        seed = next((s for s, lab in LABEL.items() if r.get("impl") == lab), None)
-        if seed:
-            v = verdict[seed]
-            r["correct"] = bool(v["all"]) and r.get("correct") is not False
-            r["battery"] = {"all_shapes_ok": v["all"], "failed": v["failed"], "seeds": seeds,
-                            "shapes": len((bat[seed] or {}).get("shapes") or {})}
-    (out / "h200.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
+            _write_rows(out, rows, verdict, bat, seeds)
+    # 3. h200.json-shaped output (written after every shape too: a run killed by the backstop keeps what it had)
+    _write_rows(out, rows, verdict, bat, seeds)
     phases["total_s"] = round(time.time() - t_start, 1)
     summary["rows"] = len(rows)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
@@ -294,7 +301,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default=None, help="battery seeds (default 11,12; 11 under the interpreter)")
     ap.add_argument("--path", default=None, help="battery: the seed file (default: the seed's own)")
     ap.add_argument("--v4-path", default=None, help="run: another file for v4 (tests: a broken v4)")
-    ap.add_argument("--budget-s", type=float, default=225.0)
+    ap.add_argument("--budget-s", type=float, default=205.0)
     ap.add_argument("--baseline", default=None, help="default torch_compile (torch_eager under the interpreter)")
     a = ap.parse_args(argv)
     cpu = os.environ.get("TRITON_INTERPRET") == "1"

@@ -23,11 +23,11 @@ if [ "${1:-}" = dry ]; then
     export TRITON_INTERPRET=1 CUDA_VISIBLE_DEVICES=
     BUDGET=${BUDGET_S:-600}
 else
-    BUDGET=${BUDGET_S:-222}
+    BUDGET=${BUDGET_S:-205}
     nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.used --format=csv,noheader 2>&1 | head -2
 fi
 # the Python side keeps its own budget; the timeout is the backstop (a hung CUDA call)
-timeout -k 5 $((BUDGET + 12)) $PY scripts/gpu/mla_bench.py run --out "$OUT" --budget-s "$BUDGET" >"$OUT/log.txt" 2>&1
+timeout -k 5 $((BUDGET + 20)) $PY scripts/gpu/mla_bench.py run --out "$OUT" --budget-s "$BUDGET" >"$OUT/log.txt" 2>&1
 RC=$?
 grep -E "^\[(mla_bench|bench)\]|Error|error" "$OUT/log.txt" | grep -v "^=== MLA" | head -40
 echo "--- rc $RC; full log: \$OUT/log.txt"

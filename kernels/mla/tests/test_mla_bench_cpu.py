@@ -69,6 +69,23 @@ def test_a_wrong_v4_is_reported_and_the_others_still_timed(tmp_path):
     assert "battery v4: 0 shapes ok" in res.stdout and "wrong_result" in res.stdout, res.stdout[-2000:]
 
 
+def test_a_hanging_v4_battery_is_killed_and_the_others_still_timed(tmp_path):
+    src = (ROOT / "kernels" / "mla" / "seeds" / "splitkv_v4.py").read_text()
+    head = "def mla_decode(inputs: dict, out: dict, config: dict) -> None:\n"
+    bad = tmp_path / "hang" / "splitkv_v4.py"
+    bad.parent.mkdir()
+    bad.write_text(src.replace(head, head + "    while True:\n        pass\n"))
+    out = tmp_path / "out"
+    res = subprocess.run([sys.executable, str(SCRIPT), "run", "--out", str(out), "--v4-path", str(bad),
+                          "--budget-s", "500"], cwd=ROOT, capture_output=True, text=True,
+                         env=dict(_env(), MLA_BENCH_BATTERY_S="45"), timeout=600)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    summ = json.loads((out / "summary.json").read_text())
+    assert summ["battery"]["v4"]["process"].startswith("killed") and summ["battery"]["v4"]["missing"] == SMOKE
+    assert summ["battery"]["v3"]["all"], summ["battery"]["v3"]
+    assert {r["impl"] for r in json.loads((out / "h200.json").read_text())} == {"splitkv_v3", "torch_eager"}
+
+
 def test_battery_of_a_v4_that_does_not_import(tmp_path):
     bad = tmp_path / "splitkv_v4.py"
     bad.write_text("import triton\nraise RuntimeError('no gluon here')\n")
