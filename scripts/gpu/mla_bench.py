@@ -43,6 +43,12 @@ PREDICTED_V4_US = {"b1_s8192": 16.0, "b64_s8192": 178.0, "b1_s32768": 24.0, "b12
 # (torch.compile autotunes here while the batteries run: a figure far above these means a worse template was picked)
 EARLIER_US = {"splitkv_v3": {"b1_s8192": 18.6, "b64_s8192": 207.0, "b1_s32768": 32.3, "b128_s4096": 205.0},
               "torch_compile": {"b1_s8192": 26.8, "b64_s8192": 403.0, "b128_s4096": 409.0}}
+# v4 variants timed after bench.py if budget is left (GPU time, interleaved, no baseline): what each change is worth.
+# The v4 battery process compiles them once it is done (Triton's disk cache), so the main process only times them.
+SWEEP = {"b64_s8192": [{"PF_DIST": 0}, {"PF_DIST": 3}, {"LAZY_L": "off"}, {"MERGE": "launch"}],
+         "b1_s8192": [{"MERGE": "launch"}, {"CORE": "tl"}, {"PF_DIST": 0}],
+         "b1_s32768": [{"PF_DIST": 0}, {"MERGE": "launch"}]}
+SWEEP_SHAPE_S = 20        # a sweep shape is timed only with this much budget left
 BATTERY_S = 130          # each battery process: at most this long after the start, then killed (goal shapes run first)
 BENCH_SHAPE_S = 25        # a goal shape's bench.py call is started only with this much budget left
 
@@ -108,8 +114,67 @@ def battery(seed: str, path: Path, out: Path, seeds: list[int]) -> int:
         dump()
         print(f"[battery {seed}] {name}: {'ok' if row['ok'] else 'FAIL ' + row['error'][:300]} ({row['seconds']} s)",
               flush=True)
-    del torch
+    if seed == "v4":                   # compile the sweep's variants (one call each) while the GPU work is small
+        shapes = dict(_shapes(task, cpu, with_heldout=False))
+        for name, cfg in _sweep_cases(task, cpu):
+            t0 = time.time()
+            try:
+                inputs = task.make_inputs(shapes[name], 3, device, dtype)
+                outs = {k: torch.empty(sh, dtype=dt, device=device)
+                        for k, (sh, dt) in task.output_spec(shapes[name], inputs).items()}
+                fn(inputs, outs, c.resolve_config(dict(cfg_best_of(c), **cfg)))
+                sync()
+                print(f"[battery {seed}] sweep variant {name} {cfg} compiled ({time.time() - t0:.1f} s)", flush=True)
+            except Exception as e:
+                print(f"[battery {seed}] sweep variant {name} {cfg}: {type(e).__name__}: {e}"[:400], flush=True)
     return 0 if all(r["ok"] for r in res["shapes"].values()) else 1
+
+
+def cfg_best_of(c) -> dict:
+    return dict(getattr(c.module, "BEST", None) or c.default)
+
+
+def _sweep_cases(task, cpu: bool) -> list:
+    """(shape name, config overrides) of the sweep; on a CPU the goal names map onto the smoke shapes."""
+    names = [n for n, _ in _shapes(task, cpu, with_heldout=False)]
+    out = []
+    for i, (name, cfgs) in enumerate(SWEEP.items()):
+        out += [(names[i % len(names)] if cpu else name, cfg) for cfg in cfgs]
+    return out
+
+
+def sweep(task, cpu: bool, path: Path, deadline: float) -> dict:
+    """v4 BEST against each SWEEP variant on its shape: harness time_impls (bench.py's timing settings, GPU time),
+    candidates only; each variant's last timed output checked (late check). {shape: {label: row}}."""
+    from harness.candidate import load_candidate
+    from harness.inprocess import time_impls
+    from harness.timing import copy_bandwidth_gbps  # noqa: F401  (imported by bench.py already)
+    bench_timing = _load_bench().BENCH_TIMING
+    c = load_candidate(path, task.banned_calls)
+    fn, best = c.entry(task.entry), cfg_best_of(c)
+    shapes = dict(_shapes(task, cpu, with_heldout=False))
+    by_shape: dict = {}
+    for name, cfg in _sweep_cases(task, cpu):
+        by_shape.setdefault(name, []).append(cfg)
+    res = {}
+    for name, cfgs in by_shape.items():
+        if deadline - time.time() < SWEEP_SHAPE_S:
+            res[name] = {"skipped": f"{deadline - time.time():.0f} s of the budget left"}
+            continue
+        cands = [("best", fn, c.resolve_config(best))]
+        cands += [(",".join(f"{k}={v}" for k, v in cfg.items()), fn, c.resolve_config(dict(best, **cfg))) for cfg in cfgs]
+        t0 = time.time()
+        try:
+            r = time_impls(task, cands, [], name, shapes[name], dict(bench_timing), cpu)
+            res[name] = {lab: {"median_us": r["sides"][lab]["median_us"], "spread_pct": r["sides"][lab]["spread_pct"],
+                               "late_check": r["late_checks"].get(lab)} for lab, _, _ in cands}
+        except Exception as e:
+            res[name] = {"error": f"{type(e).__name__}: {e}"[:400]}
+        res[name]["seconds"] = round(time.time() - t0, 1)
+        print(f"[mla_bench] sweep {name}: " + ", ".join(
+            f"{k} {v['median_us']:.1f}" for k, v in res[name].items() if isinstance(v, dict) and v.get("median_us"))
+            + (f" {res[name].get('error', '')}"), flush=True)
+    return res
 
 
 # ------------------------------------------------------------------------------------------------
@@ -257,6 +322,15 @@ def run(out: Path, budget_s: float, seeds: list[int], baseline: str | None, path
             _write_rows(out, rows, verdict, bat, seeds)
     # 3. h200.json-shaped output (written after every shape too: a run killed by the backstop keeps what it had)
     _write_rows(out, rows, verdict, bat, seeds)
+    # 4. what each v4 change is worth, if there is time (a failure here loses nothing above)
+    if "v4" in timed:
+        t1 = time.time()
+        try:
+            summary["sweep_v4"] = sweep(task, cpu, paths["v4"], deadline)
+        except BaseException as e:  # noqa: BLE001
+            summary["sweep_v4"] = {"error": f"{type(e).__name__}: {e}"[:400]}
+            traceback.print_exc()
+        phases["sweep_s"] = round(time.time() - t1, 1)
     phases["total_s"] = round(time.time() - t_start, 1)
     summary["rows"] = len(rows)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
@@ -287,6 +361,12 @@ def _summary_text(rows, summary, goal_names, baseline) -> str:
         bad = {k: v.get("error", "")[:160] for k, v in (b.get("shapes") or {}).items() if not v.get("ok")}
         out.append(f"battery {s}: {len(ok)} shapes ok, failed {bad or 'none'}, missing {b.get('missing') or 'none'} "
                    f"({b.get('process')})")
+    for shape, r in (summary.get("sweep_v4") or {}).items():
+        if not isinstance(r, dict):
+            continue
+        parts = [f"{k} {v['median_us']:.1f}" + ("" if not v.get("late_check") else " WRONG")
+                 for k, v in r.items() if isinstance(v, dict) and v.get("median_us")]
+        out.append(f"v4 sweep {shape}: " + (", ".join(parts) or str(r)[:200]))
     for n in summary.get("notes") or []:
         out.append("note: " + n.replace("\n", " | ")[:600])
     out.append(f"phases: {json.dumps(summary.get('phases'))}")

@@ -46,8 +46,9 @@ def test_dry_run_writes_rows_for_every_impl_and_prints_the_summary_last(tmp_path
     summ = json.loads((tmp_path / "summary.json").read_text())
     assert summ["battery"]["v4"]["all"] and summ["battery"]["v3"]["all"] and summ["environment"]["triton"]
     tail = res.stdout.strip().splitlines()
-    assert tail[-1].startswith("phases:") and any(x.startswith("=== MLA summary") for x in tail[-12:]), tail[-12:]
-    assert any(x.startswith("s130_h8") for x in tail[-12:])
+    assert tail[-1].startswith("phases:") and any(x.startswith("=== MLA summary") for x in tail[-20:]), tail[-20:]
+    assert any(x.startswith("s130_h8") for x in tail[-20:]) and any(x.startswith("v4 sweep s37_h4: best") for x in tail)
+    assert set(summ["sweep_v4"]) == set(SMOKE) and all("best" in r for r in summ["sweep_v4"].values()), summ["sweep_v4"]
 
 
 def test_a_wrong_v4_is_reported_and_the_others_still_timed(tmp_path):
