@@ -6,8 +6,9 @@ fp32, through every merge the interpreter can run: direct (one split), "launch" 
 CTA of a group merges; "spin" becomes "last" there, CTAs run one after another) with the never-reset int64 counters
 over two calls, one and several merge items, fp32 / input-dtype partials, non-contiguous cache rows. The Gluon core
 is compiled for sm_90 (resources, wgmma + TMA + bulk L2 prefetch + the barriers' atomics in the PTX) and its index
-arithmetic (ring slots, mbarrier phases, L2 prefetch coverage) is replayed in Python; its results are checked on the
-GPU only (scripts/gpu/mla_bench.sh: the harness battery on every goal and held-out shape).
+arithmetic (ring slots, mbarrier phases, L2 prefetch coverage) is replayed in Python; its host side (TMA descriptors,
+scratch, counters, every launch argument by name, the merge launch, the fallback when TMA cannot address a base) runs
+on CPU tensors with the launches recorded instead of run; its results are checked on the GPU only (scripts/gpu/mla_bench.sh: the harness battery on every goal and held-out shape).
 """
 import os
 
@@ -219,3 +220,83 @@ def test_compiles_for_h200():
     assert rows[2]["mode"] == MOD.MODE_SPIN and rows[2]["acquire_ld"] >= 1 and rows[2]["acq_rel_atom"] == 0, rows[2]
     assert rows[6]["mode"] == MOD.MODE_LAUNCH and rows[6]["merge_regs"], rows[6]
     assert rows[8]["core"] == "tl", rows[8]
+
+
+def _record_launches(monkeypatch, gluon_plan=True):
+    """mla_decode with its plan computed for an H200 (Gluon core) and every launch recorded, not run: the host side of
+    the Gluon path (descriptors, scratch, counters, the argument list) on CPU tensors."""
+    calls = []
+    real_plan = MOD._cached_plan
+
+    def fake_plan(B, H, S, DL, DR, config, device, gluon_ok):
+        if not gluon_plan or (config or {}).get("CORE") == "tl":
+            return real_plan(B, H, S, DL, DR, config, device, gluon_ok)
+        return ("fake", B, H, S, tuple((config or {}).items())), _plan(B, S, H, **(config or {}))
+
+    monkeypatch.setattr(MOD, "_cached_plan", fake_plan)
+    monkeypatch.setattr(MOD, "_launch", lambda kernel, grid, args, opts, key, cached:
+                        calls.append((kernel, grid, dict(zip(kernel.arg_names, args)), opts, len(args))))
+    return calls
+
+
+@pytest.mark.parametrize("B,S,H,cfg,mode", [
+    (1, 8192, 64, {}, "spin"), (8, 512, 64, {}, "spin"), (64, 512, 64, {}, "last"), (128, 256, 64, {}, "direct"),
+    (1, 8192, 64, {"MERGE": "launch", "PARTIAL": "fp32"}, "launch"), (2, 2049, 128, {}, "spin"),
+    (1, 1, 64, {}, "direct"), (3, 333, 64, {"BLOCK_N": 32, "O_STORE": "mma", "PF_DIST": 0, "LAZY_L": "off"}, "spin")])
+def test_gluon_host_arguments(monkeypatch, B, S, H, cfg, mode):
+    """Every argument of the Gluon launch (and of the merge launch) by NAME: a misplaced argument would only show on
+    the GPU otherwise (the interpreter runs the tl core)."""
+    calls = _record_launches(monkeypatch)
+    inp = task.make_inputs({"B": B, "S": S, "H": H}, 1, "cpu", torch.bfloat16)
+    spec = task.output_spec({"B": B, "S": S, "H": H}, inp)
+    out = {k: torch.empty(s, dtype=d) for k, (s, d) in spec.items()}
+    MOD.mla_decode(inp, out, cfg)
+    P = _plan(B, S, H, **cfg)
+    assert P["mode"] == {"direct": 0, "launch": 1, "last": 2, "spin": 3}[mode] and P["core"] == "gluon", P
+    kernel, grid, a, opts, n = calls[0]
+    assert kernel is MOD._mla_gluon and n == len(kernel.arg_names) and opts == {"num_warps": 8}
+    assert grid == (P["ns"], P["groups"], 1)
+    D, DL, bn = 576, 512, P["BLOCK_N"]
+    for name, rows, block in (("q_desc_n", B * H, [64, DL]), ("q_desc_r", B * H, [64, D - DL]),
+                              ("kv_desc_n", B * S, [bn, DL]), ("kv_desc_r", B * S, [bn, D - DL])):
+        assert list(a[name].shape) == [rows, D] and list(a[name].block_shape) == block, name
+    assert a["kv_desc_n"].base.data_ptr() == inp["kv"].data_ptr() and a["q_desc_r"].base.data_ptr() == inp["q"].data_ptr()
+    assert a["kv_ptr"] is inp["kv"] and a["scale_ptr"] is inp["scale"] and a["o_ptr"] is out["o"]
+    assert a["lse_ptr"] is out["lse"]
+    assert (a["S"], a["H"], a["NUM_HG"], a["split_len"], a["NS"]) == (S, H, P["NUM_HG"], P["split_len"], P["ns"])
+    assert (a["stride_ob"], a["stride_oh"], a["stride_lb"]) == (out["o"].stride(0), out["o"].stride(2),
+                                                              out["lse"].stride(0))
+    for k in ("BLOCK_N", "EVEN_N", "PF_DIST", "LAZY_L", "COALESCE_O", "HC", "DC", "BLOCK_S", "ML"):
+        assert a[k] == P[k], k
+    assert (a["DL"], a["DR"], a["STAGES"], a["MODE"]) == (DL, D - DL, P["stages"], P["mode"])
+    if mode == "direct":
+        assert len(calls) == 1
+        return
+    assert tuple(a["op_ptr"].shape) == (B, P["ns"], H, DL) and tuple(a["lsep_ptr"].shape) == (B, P["ns"], H)
+    assert a["op_ptr"].dtype == (torch.float32 if cfg.get("PARTIAL") == "fp32" else torch.bfloat16)
+    if mode in ("last", "spin"):
+        cnt, off = MOD._counters(CPU, P["groups"], P["ns"])
+        assert a["cnt_ptr"] is cnt and a["GEN_OFF"] == off and cnt.dtype == torch.int64 and len(calls) == 1
+        return
+    kernel, grid, m, opts, n = calls[1]                              # the launch merge
+    assert kernel is MOD._merge and n == len(kernel.arg_names) and opts == {"num_warps": 4}
+    num_hc = -(-H // P["HC2"])
+    assert grid == (B * num_hc, -(-DL // P["DC2"]), 1)
+    assert m["op_ptr"] is a["op_ptr"] and m["lsep_ptr"] is a["lsep_ptr"] and m["o_ptr"] is out["o"]
+    assert (m["H"], m["NS"], m["NUM_HC"], m["DL"], m["HC"], m["DC"], m["BLOCK_S"]) == (
+        H, P["ns"], num_hc, DL, P["HC2"], P["DC2"], P["BLOCK_S"])
+
+
+def test_a_base_tma_cannot_address_falls_back_to_the_tl_core(monkeypatch):
+    calls = _record_launches(monkeypatch)
+    inp = task.make_inputs({"B": 1, "S": 256}, 1, "cpu", torch.bfloat16)
+    buf = torch.zeros(inp["kv"].numel() + 1, dtype=torch.bfloat16)
+    kv = buf[1:].view(inp["kv"].shape)                  # 2-byte offset: no TMA descriptor
+    kv.copy_(inp["kv"])
+    assert MOD._gluon_ok(inp["q"], kv) and MOD._descriptors(inp["q"], kv, 512, 64, 64) is None
+    spec = task.output_spec({"B": 1, "S": 256}, inp)
+    MOD.mla_decode(dict(inp, kv=kv), {k: torch.empty(s, dtype=d) for k, (s, d) in spec.items()}, {})
+    assert [c[0] for c in calls][:1] == [MOD._split_tl], calls
+    assert not MOD._gluon_ok(inp["q"].float(), inp["kv"].float())
+    wide = torch.zeros(1, 256, 584, dtype=torch.bfloat16)[..., :576]      # rows 584 apart: not the [B*S, D] view
+    assert not MOD._gluon_ok(inp["q"], wide)
