@@ -50,7 +50,7 @@ SWEEP = {"b64_s8192": [{"PF_DIST": 0}, {"PF_DIST": 3}, {"LAZY_L": "off"}, {"MERG
          "b1_s32768": [{"PF_DIST": 0}, {"MERGE": "launch"}]}
 SWEEP_SHAPE_S = 20        # a sweep shape is timed only with this much budget left
 BATTERY_S = 130          # each battery process: at most this long after the start, then killed (goal shapes run first)
-BENCH_SHAPE_S = 25        # a goal shape's bench.py call is started only with this much budget left
+BENCH_SHAPE_S = 12        # a goal shape's bench.py call (~8 s, everything compiled) starts only with this much budget left
 
 
 def _harness():
