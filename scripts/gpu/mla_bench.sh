@@ -29,7 +29,7 @@ fi
 # the Python side keeps its own budget; the timeout is the backstop (a hung CUDA call)
 timeout -k 5 $((BUDGET + 20)) $PY scripts/gpu/mla_bench.py run --out "$OUT" --budget-s "$BUDGET" >"$OUT/log.txt" 2>&1
 RC=$?
-grep -E "^\[(mla_bench|bench)\]|Error|error" "$OUT/log.txt" | grep -v "^=== MLA" | head -40
+grep -E "^\[(mla_bench|bench)\]|Error|error" "$OUT/log.txt" | grep -v "^=== MLA" | cut -c1-220 | head -40
 echo "--- rc $RC; full log: \$OUT/log.txt"
 sed -n '/^=== MLA summary/,$p' "$OUT/log.txt"
 exit $RC
