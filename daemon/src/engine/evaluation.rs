@@ -517,10 +517,7 @@ mod tests {
             <worker::Reply<worker::Evaluated> as serde::Deserialize>::deserialize(&v).unwrap_err();
         let msg = unreadable(&v, &e);
         assert!(msg.contains("expected f64"), "{msg}");
-        assert!(
-            msg.contains("nulls at /result/shapes/0/baseline_us"),
-            "{msg}"
-        );
+        assert!(msg.contains("nulls at /result/shapes/0/median_us"), "{msg}");
         // another kind of error is left as serde said it
         let v = json!({"id": 1, "ok": "yes"});
         let e =
