@@ -480,7 +480,7 @@ fn a_uid_switch_it_cannot_make_is_refused_not_ignored() {
 }
 
 #[test]
-fn the_judge_policy_runs_python_and_the_c_compiler_triton_uses_for_its_launcher() {
+fn the_judge_policy_runs_python_the_c_compiler_and_system_programs_a_runner_may_not() {
     use kerneld::sandbox::policy::{GpuNodes, Policy, PolicyInputs};
     if !landlock_here() || !Path::new("/usr/bin/cc").exists() {
         eprintln!("skipped: no Landlock or no cc");
@@ -520,6 +520,8 @@ src = "{s}/m.c"
 open(src, "w").write("#include <Python.h>\nint f(void) {{ return 1; }}\n")
 subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-I" + sysconfig.get_paths()["include"], src, "-o", "{s}/m.so"], check=True)
 print("compiled")
+# a system program, as torch.compile runs `openssl sha512` over its headers
+subprocess.run(["sha512sum", src], check=True, capture_output=True)
 "##,
         s = scratch.display()
     );
@@ -533,4 +535,23 @@ print("compiled")
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(String::from_utf8_lossy(&o.stdout), "compiled\n");
     assert!(scratch.join("m.so").is_file());
+    // a runner, which holds the candidate, executes no such program
+    let mut runner = policy.runner.clone();
+    runner.env = vec![("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into())];
+    let o = Command::new(binary("kerneld-sandbox"))
+        .args(runner.to_args())
+        .arg("--")
+        .arg(python())
+        .args([
+            "-c",
+            "import subprocess\ntry:\n    subprocess.run(['sha512sum', '/dev/null'])\n    print('ran')\nexcept PermissionError:\n    print('refused')\n",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "refused\n",
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

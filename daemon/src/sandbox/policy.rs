@@ -55,6 +55,13 @@ const TOOLS: &[&str] = &[
     "/sbin/ldconfig.real",
     "/usr/sbin/ldconfig",
 ];
+/// What the judge may execute beyond that: the system's program directories. The judge runs
+/// the task's own code (reference, baselines), and a baseline such as torch.compile runs
+/// system tools (`openssl sha512` over its precompiled C++ headers: refused, every mla
+/// evaluation in the sandboxed judge failed so). Execute widens nothing its Python could not
+/// do: a program it starts stays inside its Landlock domain and seccomp filter, and
+/// no_new_privs voids setuid bits. Runners, which hold the candidate, keep `TOOLS` only.
+const JUDGE_EXEC_DIRS: &[&str] = &["/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin"];
 /// The compilers' own helpers (cc1, collect2, lto-wrapper, ...).
 const TOOL_DIRS: &[&str] = &["/usr/lib/gcc", "/usr/libexec/gcc"];
 /// The dynamic loader: the kernel checks Execute on the ELF interpreter of every exec.
@@ -287,6 +294,14 @@ impl Policy {
         judge.rw.push(i.scratch.clone());
         push_existing(&mut judge.ro, &i.inbox);
         push_existing(&mut judge.exec, &i.sandbox_bin);
+        for d in JUDGE_EXEC_DIRS {
+            // Landlock checks the directory a link (/bin -> usr/bin) resolves to.
+            if let Ok(real) = std::fs::canonicalize(d) {
+                if !judge.exec.contains(&real) {
+                    push_existing(&mut judge.exec, real);
+                }
+            }
+        }
         let policy = Policy { judge, runner };
         policy.check(&i.forbidden)?;
         Ok(policy)
@@ -373,6 +388,10 @@ mod tests {
         assert!(!p.runner.ro.contains(&d.join("inbox")));
         assert!(p.judge.exec.contains(&PathBuf::from("/bin/true")));
         assert!(!p.runner.exec.contains(&PathBuf::from("/bin/true")));
+        // the judge runs the task's baselines, which run system tools; runners do not
+        let usr_bin = std::fs::canonicalize("/usr/bin").unwrap();
+        assert!(p.judge.exec.contains(&usr_bin));
+        assert!(!p.runner.exec.contains(&usr_bin));
         assert!(p.judge.no_net && p.runner.no_net && p.runner.no_connect && !p.runner.no_unix);
         assert_eq!(
             (p.judge.proc_write, p.runner.proc_write),

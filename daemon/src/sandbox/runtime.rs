@@ -357,7 +357,7 @@ impl Runtime {
         };
         let mut r = vec![
             "environment: cleared to the harness's variables (no API keys, NOTIFY_SOCKET or daemon settings)".into(),
-            format!("filesystem (Landlock ABI {abi}): {}", widened(Layer::Filesystem, "read system libraries, the Python environment and the kernels directory; write only the slot's scratch directory; execute only Python, kerneld-sandbox and the compilers Triton runs".into())),
+            format!("filesystem (Landlock ABI {abi}): {}", widened(Layer::Filesystem, "read system libraries, the Python environment and the kernels directory; write only the slot's scratch directory; runners execute only Python and the compilers Triton runs, the judge also the system's programs (torch.compile runs some), inside its sandbox".into())),
             format!("/proc: {proc}"),
             format!("sockets: {sockets}"),
             format!("network: {}", widened(Layer::Network, "no IP or packet sockets (seccomp), no TCP bind/connect (Landlock)".into())),
