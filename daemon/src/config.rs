@@ -77,6 +77,8 @@ pub struct Config {
     /// How long a goal the circuit breaker paused waits before it is tried again (doubled
     /// at each trip in a row, up to `MAX_BREAKER_BACKOFF`; engine/breaker.rs).
     pub breaker_backoff: Duration,
+    /// `[[hooks]]`: commands run on chosen events (issue #29, daemon/src/hooks).
+    pub hooks: Vec<crate::hooks::HookConfig>,
 }
 
 /// The longest wait between the circuit breaker's tries (unless `breaker_backoff` is longer).
@@ -154,6 +156,7 @@ struct RawConfig {
     max_active_goals: Option<usize>,
     max_active_goals_per_user: Option<usize>,
     breaker_backoff: Option<String>,
+    hooks: Option<Vec<crate::hooks::RawHook>>,
 }
 
 impl Config {
@@ -186,6 +189,7 @@ impl Config {
             max_active_goals: DEFAULT_MAX_ACTIVE_GOALS,
             max_active_goals_per_user: DEFAULT_MAX_ACTIVE_GOALS_PER_USER,
             breaker_backoff: Duration::from_secs(300),
+            hooks: Vec::new(),
         }
     }
 
@@ -313,6 +317,9 @@ impl Config {
         }
         if let Some(v) = raw.sandbox_unix_sockets {
             sb.unix_sockets = v;
+        }
+        if let Some(v) = raw.hooks {
+            self.hooks = crate::hooks::from_raw(&file.display().to_string(), &text, v)?;
         }
         if let Some(v) = raw.command_env {
             self.command_env = v;

@@ -12,11 +12,27 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::engine::Engine;
+use crate::hooks::Hooks;
+
+/// A re-read configuration to everyone who keeps part of it: the engine, the hooks
+/// (which take effect for the next event). Returns what changed, for the log.
+fn apply(engine: &Engine, hooks: &Hooks, cfg: Config) -> Vec<String> {
+    let new_hooks = cfg.hooks.clone();
+    let mut changes = engine.reload(cfg);
+    changes.extend(hooks.reload(new_hooks));
+    changes
+}
 
 /// Builds the configuration again, the way the daemon was started (file + command line).
 pub type Rebuild = Box<dyn Fn() -> Result<Config, String> + Send + Sync>;
 
-pub async fn run(engine: Arc<Engine>, rebuild: Rebuild, hup: Arc<Notify>, stop: CancellationToken) {
+pub async fn run(
+    engine: Arc<Engine>,
+    hooks: Arc<Hooks>,
+    rebuild: Rebuild,
+    hup: Arc<Notify>,
+    stop: CancellationToken,
+) {
     let file: Option<PathBuf> = engine.config().config_file.clone();
     let (tx, mut changed) = tokio::sync::mpsc::unbounded_channel::<()>();
     // Kept alive for the whole loop; None when there is no file or it cannot be watched.
@@ -50,7 +66,7 @@ pub async fn run(engine: Arc<Engine>, rebuild: Rebuild, hup: Arc<Notify>, stop: 
     // event (seen in CI under load): read it once more now that changes are watched.
     if _watcher.is_some() {
         if let Ok(cfg) = rebuild() {
-            let changes = engine.reload(cfg);
+            let changes = apply(&engine, &hooks, cfg);
             if !changes.is_empty() {
                 tracing::info!(
                     "the configuration file changed while kerneld started: configuration reloaded: {}",
@@ -76,7 +92,7 @@ pub async fn run(engine: Arc<Engine>, rebuild: Rebuild, hup: Arc<Notify>, stop: 
         let _ = sd_notify::notify(false, &reloading);
         match rebuild() {
             Ok(cfg) => {
-                let changes = engine.reload(cfg);
+                let changes = apply(&engine, &hooks, cfg);
                 if changes.is_empty() {
                     tracing::info!("{why}: configuration reloaded, nothing changed");
                 } else {

@@ -34,6 +34,7 @@ pub fn quote_at(text: &str, shown: usize) -> String {
     }
 }
 
+mod chain;
 mod events;
 mod fork;
 mod measure;
@@ -42,6 +43,7 @@ mod results;
 mod retime;
 mod spec;
 
+pub use chain::*;
 pub use events::*;
 pub use fork::*;
 pub use measure::*;

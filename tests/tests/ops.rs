@@ -1,0 +1,323 @@
+//! Issue #29 through the real binaries: hooks (a goal's events reach the commands an
+//! administrator configured; hooks that hang, fail, flood or do not exist end in a log
+//! line and lose nothing; the mail recipe with a fake sendmail; a restart after a crash),
+//! the metrics endpoint (scraped, parsed by Prometheus's Python client), `kernelctl
+//! diff` and the report's lineage, chains refused at enqueue.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kerneld::wire::{EventKind, GoalState};
+use kerneld_e2e::*;
+
+/// A kerneld.toml in `dir` with `body`; the path for `--config`.
+fn config(dir: &Path, body: &str) -> PathBuf {
+    let path = dir.join("kerneld.toml");
+    std::fs::write(&path, body).unwrap();
+    path
+}
+
+/// Waits until the daemon's log has a line containing `text`; that line.
+fn log_line(d: &Daemon, text: &str, limit: Duration) -> String {
+    let t0 = Instant::now();
+    loop {
+        if let Some(l) = d.log_text().lines().find(|l| l.contains(text)) {
+            return l.to_string();
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "no log line with {text:?} after {limit:?}; log:\n{}",
+            d.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The peak resident memory of a process (VmHWM), in kB.
+fn peak_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Whether any process's command line is exactly `cmdline`.
+fn running(cmdline: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .any(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim() == cmdline)
+}
+
+#[test]
+fn hooks_run_on_a_goals_events_and_bad_hooks_end_in_a_log_line() {
+    let dir = TempDir::new("hooks");
+    let kernels = stub_kernels(dir.path());
+    let record = dir.path().join("record.jsonl");
+    let mail_log = dir.path().join("mail.log");
+    let sleeper = format!("sleep 36{}", std::process::id() % 100 + 10);
+    let cfg = config(
+        dir.path(),
+        &format!(
+            r#"
+[[hooks]]
+name = "record"
+on = ["goal_started", "goal_finished", "new_best", "daemon_restarted"]
+command = ["/bin/sh", "-c", "cat >> {record}"]
+
+[[hooks]]
+name = "hang"
+on = ["goal_finished"]
+command = ["/bin/sh", "-c", "{sleeper} & {sleeper}"]
+timeout = "2s"
+
+[[hooks]]
+name = "fail"
+on = ["goal_finished"]
+command = ["/bin/sh", "-c", "echo 'cannot reach the mail server' >&2; exit 7"]
+
+[[hooks]]
+name = "flood"
+on = ["goal_finished"]
+command = ["/bin/sh", "-c", "head -c 50000000 /dev/zero | tr '\\0' x; exit 1"]
+
+[[hooks]]
+name = "missing"
+on = ["goal_finished"]
+command = ["/nonexistent/kerneld-hook"]
+
+[[hooks]]
+name = "mail"
+per_goal = true
+on = ["goal_finished", "goal_failed", "goal_cancelled"]
+command = ["{mail}", "ops@example.org"]
+env = {{ SENDMAIL = "{sendmail}", FAKE_MAIL_LOG = "{mail_log}" }}
+"#,
+            record = record.display(),
+            mail = repo_root().join("config/hooks/mail.sh").display(),
+            sendmail = repo_root().join("tests/fixtures/fake_sendmail").display(),
+            mail_log = mail_log.display(),
+        ),
+    );
+    let cfg_arg = cfg.to_string_lossy().into_owned();
+    let d = Daemon::start_kernels(dir.path(), &kernels, &["--config", &cfg_arg], &[]);
+    let before_kb = peak_kb(d.child.id());
+    let id = enqueue(
+        &d,
+        &demo_goal(dir.path(), "night", 3, "notify = [\"mail\"]"),
+    );
+    let quiet = enqueue(&d, &demo_goal(dir.path(), "quiet", 2, ""));
+    assert_eq!(
+        d.wait_terminal(&id, Duration::from_secs(60)).state,
+        GoalState::Completed
+    );
+    assert_eq!(
+        d.wait_terminal(&quiet, Duration::from_secs(60)).state,
+        GoalState::Completed
+    );
+
+    // The hung hook: killed with its process group at its timeout, and said so.
+    let hang = log_line(
+        &d,
+        "hook `hang` for goal_finished of ",
+        Duration::from_secs(20),
+    );
+    assert!(
+        hang.contains("was killed at its timeout of 2s (with its whole process group)"),
+        "{hang}"
+    );
+    let secs: f64 = hang
+        .split("process group) after ")
+        .nth(1)
+        .and_then(|r| r.split('s').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{hang}"));
+    assert!((2.0..4.0).contains(&secs), "killed after {secs}s: {hang}");
+    eprintln!("the hanging hook was killed after {secs:.2} s (timeout 2 s)");
+    assert!(!running(&sleeper), "the hung hook's child outlived it");
+    // The failing one: its exit status and what it said.
+    let fail = log_line(
+        &d,
+        "hook `fail` failed for goal_finished of ",
+        Duration::from_secs(10),
+    );
+    assert!(
+        fail.contains("exit status 7") && fail.contains("cannot reach the mail server"),
+        "{fail}"
+    );
+    // The flood: 50 MB of output, a bounded tail in the log, the daemon's memory unmoved.
+    let flood = log_line(
+        &d,
+        "hook `flood` failed for goal_finished of ",
+        Duration::from_secs(30),
+    );
+    assert!(
+        flood.contains("exit status 1") && flood.contains("(50000000 bytes, the end shown)"),
+        "{flood}"
+    );
+    assert!(
+        flood.len() < 6000,
+        "the log line holds the whole flood: {} bytes",
+        flood.len()
+    );
+    let grew_kb = peak_kb(d.child.id()).saturating_sub(before_kb);
+    eprintln!("after the flooding hook's runs (50 MB of output each), kerneld's peak memory had grown by {grew_kb} kB");
+    assert!(
+        grew_kb < 20_000,
+        "kerneld's peak memory grew by {grew_kb} kB"
+    );
+    let missing = log_line(
+        &d,
+        "hook `missing` did not run for goal_finished of ",
+        Duration::from_secs(10),
+    );
+    assert!(
+        missing.contains("cannot start /nonexistent/kerneld-hook: No such file or directory"),
+        "{missing}"
+    );
+
+    // Nothing lost: every event a hook listens to reached the recording hook once.
+    let wanted: Vec<(u64, &str)> = d
+        .events(0)
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::GoalStateChanged {
+                from: GoalState::Queued,
+                to: GoalState::Running,
+                ..
+            } => Some((e.seq, "goal_started")),
+            EventKind::GoalStateChanged {
+                to: GoalState::Completed,
+                ..
+            } => Some((e.seq, "goal_finished")),
+            EventKind::NewBest { .. } => Some((e.seq, "new_best")),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        wanted.iter().any(|(_, k)| *k == "new_best"),
+        "no new best to test with"
+    );
+    let t0 = Instant::now();
+    let got = loop {
+        let mut got: Vec<(u64, String)> = std::fs::read_to_string(&record)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .map(|v| {
+                (
+                    v["seq"].as_u64().unwrap(),
+                    v["event"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        got.sort();
+        if got.len() >= wanted.len() || t0.elapsed() > Duration::from_secs(20) {
+            break got;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let want: Vec<(u64, String)> = wanted.iter().map(|(s, k)| (*s, k.to_string())).collect();
+    assert_eq!(got, want);
+
+    // The mail recipe: one mail, for the goal that asked (`notify`), through sendmail -t.
+    let mail = std::fs::read_to_string(&mail_log).unwrap();
+    assert_eq!(mail.matches("=====").count(), 1, "{mail}");
+    assert!(
+        mail.starts_with("ARGS: -t -i\nTo: ops@example.org\n"),
+        "{mail}"
+    );
+    assert!(mail.contains("X-Kerneld-Event: goal_finished"), "{mail}");
+    assert!(
+        mail.contains(&format!("night ({id}) completed: budget_iterations; best ")),
+        "{mail}"
+    );
+    assert!(
+        mail.contains(&format!("More: kernelctl show {id}")),
+        "{mail}"
+    );
+    assert!(
+        !mail.contains("quiet"),
+        "a goal that asked for no mail got one: {mail}"
+    );
+
+    // The daemon is unharmed: it still takes and runs goals.
+    let after = enqueue(&d, &demo_goal(dir.path(), "after", 1, ""));
+    assert_eq!(
+        d.wait_terminal(&after, Duration::from_secs(60)).state,
+        GoalState::Completed
+    );
+
+    // A crash: the next start runs `daemon_restarted`; a clean stop and start does not.
+    d.kill9();
+    let d = Daemon::start_kernels(dir.path(), &kernels, &["--config", &cfg_arg], &[]);
+    log_line(
+        &d,
+        "hook `record` ran for daemon_restarted",
+        Duration::from_secs(10),
+    );
+    let restarted: Vec<serde_json::Value> = std::fs::read_to_string(&record)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &serde_json::Value| v["event"] == "daemon_restarted")
+        .collect();
+    assert_eq!(restarted.len(), 1);
+    let why = restarted[0]["reason"].as_str().unwrap();
+    assert!(why.contains("stopped without recording its stop"), "{why}");
+    assert!(
+        restarted[0]["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("kerneld@"),
+        "{}",
+        restarted[0]
+    );
+    assert!(d.stop().success());
+    let d = Daemon::start_kernels(dir.path(), &kernels, &["--config", &cfg_arg], &[]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(d.stop().success());
+    let count = std::fs::read_to_string(&record)
+        .unwrap()
+        .matches("\"event\":\"daemon_restarted\"")
+        .count();
+    assert_eq!(count, 1, "a clean restart ran daemon_restarted");
+}
+
+#[test]
+fn a_bad_hook_configuration_stops_the_start_naming_its_place() {
+    let dir = TempDir::new("hookcfg");
+    let cfg = config(
+        dir.path(),
+        "[[hooks]]\nname = \"mail\"\non = [\"goal_done\"]\ncommand = [\"/bin/true\"]\n",
+    );
+    let mut args = daemon_args(dir.path());
+    args.extend(["--config".into(), cfg.clone().into()]);
+    let mut d = Daemon::spawn(dir.path(), &args, &[]);
+    let status = d.child.wait().unwrap();
+    assert!(!status.success());
+    let log = d.log_text();
+    assert!(
+        log.contains(&format!("{}:3", cfg.display()))
+            && log.contains("unknown variant `goal_done`"),
+        "{log}"
+    );
+    std::fs::write(
+        &cfg,
+        "[[hooks]]\nname = \"mail\"\non = [\"new_best\"]\ncommand = [\"/bin/true\"]\ntimeout = \"2 h\"\n",
+    )
+    .unwrap();
+    let mut d = Daemon::spawn(dir.path(), &args, &[]);
+    assert!(!d.child.wait().unwrap().success());
+    let log = d.log_text();
+    assert!(
+        log.contains(&format!(
+            "{}:5:11: [[hooks]] `mail`: `timeout` = \"2 h\"",
+            cfg.display()
+        )),
+        "{log}"
+    );
+}
