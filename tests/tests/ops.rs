@@ -321,3 +321,183 @@ fn a_bad_hook_configuration_stops_the_start_naming_its_place() {
         "{log}"
     );
 }
+
+/// The daemon in-process over fake GPUs (`ScriptedLayer`), as tests/tests/scheduling.rs
+/// runs it: the real socket, log, engine and hooks; the devices' readings the test's.
+struct InProcess {
+    rt: tokio::runtime::Runtime,
+    stop: tokio_util::sync::CancellationToken,
+    socket: PathBuf,
+}
+
+impl InProcess {
+    fn start(
+        dir: &Path,
+        devices: std::sync::Arc<dyn kerneld::gpu::DeviceLayer>,
+        edit: impl FnOnce(&mut kerneld::Config),
+    ) -> InProcess {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let socket = dir.join("sock");
+        let mut cfg = kerneld::Config::new(dir.join("state"), socket.clone());
+        cfg.python = python();
+        cfg.kernels_dir = repo_root().join("kernels");
+        edit(&mut cfg);
+        let stop = tokio_util::sync::CancellationToken::new();
+        rt.spawn(kerneld::run_with(
+            cfg,
+            stop.clone(),
+            kerneld::RunOptions {
+                devices: Some(devices),
+                ..Default::default()
+            },
+        ));
+        let t0 = Instant::now();
+        while try_call(&socket, "version", serde_json::json!({})).is_err() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "in-process daemon did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        InProcess { rt, stop, socket }
+    }
+
+    fn gpus(&self) -> kerneld::wire::GpusResult {
+        let v = try_call(&self.socket, "gpus", serde_json::json!({})).unwrap();
+        serde_json::from_value(v["result"].clone()).unwrap()
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = &self.rt;
+    }
+}
+
+#[test]
+fn a_gpu_with_a_new_fault_is_drained_and_the_hooks_say_why() {
+    use kerneld::gpu::ScriptedLayer;
+    use kerneld::hooks::{HookConfig, HookOn};
+    use kerneld::wire::{EccCounts, GpuReadings, Health, RemappedRows, XidLog};
+    let dir = TempDir::new("sickgpu");
+    let record = dir.path().join("gpu.jsonl");
+    let layer = std::sync::Arc::new(ScriptedLayer::new(3));
+    // A history at start (corrected errors, a row remapped long ago): not a fault.
+    let start = GpuReadings {
+        xid: Some(XidLog::default()),
+        ecc: Some(EccCounts {
+            aggregate_corrected: 9,
+            ..Default::default()
+        }),
+        remapped_rows: Some(RemappedRows {
+            correctable: 1,
+            ..Default::default()
+        }),
+        pages_pending_retirement: Some(false),
+        ..Default::default()
+    };
+    for i in 0..3 {
+        layer.set_readings(&format!("GPU-test-{i}"), start.clone());
+    }
+    let hook = HookConfig {
+        name: "pager".into(),
+        on: vec![HookOn::GpuUnhealthy],
+        command: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            format!("cat >> {}", record.display()),
+        ],
+        timeout: Duration::from_secs(10),
+        goals: Vec::new(),
+        owners: Vec::new(),
+        per_goal: false,
+        env: Default::default(),
+    };
+    let d = InProcess::start(dir.path(), layer.clone(), |c| c.hooks = vec![hook]);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        d.gpus().devices.iter().all(|g| g.health == Health::Healthy),
+        "unchanged readings are healthy"
+    );
+
+    // Device 1: a new remapped row. Device 2: an uncorrected ECC error and an Xid.
+    let mut row = start.clone();
+    row.remapped_rows.as_mut().unwrap().uncorrectable = 1;
+    layer.set_readings("GPU-test-1", row);
+    let mut ecc = start.clone();
+    ecc.ecc.as_mut().unwrap().volatile_uncorrected = 2;
+    ecc.xid = Some(XidLog {
+        count: 1,
+        recent: vec![kerneld::wire::XidRecord {
+            xid: 48,
+            time_ms: 1,
+        }],
+    });
+    layer.set_readings("GPU-test-2", ecc);
+    let t0 = Instant::now();
+    let gpus = loop {
+        let g = d.gpus();
+        if g.devices[1].health == Health::Drained && g.devices[2].health == Health::Drained {
+            break g;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "not drained: {:?}",
+            g.devices
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(gpus.devices[0].health, Health::Healthy);
+    let why1 = gpus.devices[1].health_reason.clone().unwrap();
+    assert!(
+        why1.contains("new hardware fault since kerneld started: 1 memory row remapped"),
+        "{why1}"
+    );
+    let why2 = gpus.devices[2].health_reason.clone().unwrap();
+    assert!(
+        why2.contains("Xid 48 (double-bit ECC error)")
+            && why2.contains("uncorrected ECC errors (volatile) 0 → 2"),
+        "{why2}"
+    );
+    // `kernelctl gpus` says why.
+    let out = kernelctl(&d.socket, &["gpus"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("1 memory row remapped"),
+        "{}",
+        output_text(&out)
+    );
+    // The hook heard both, with the reason.
+    let t0 = Instant::now();
+    let heard = loop {
+        let heard: Vec<serde_json::Value> = std::fs::read_to_string(&record)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if heard.len() >= 2 || t0.elapsed() > Duration::from_secs(10) {
+            break heard;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut devices: Vec<&str> = heard
+        .iter()
+        .map(|h| h["device"].as_str().unwrap())
+        .collect();
+    devices.sort();
+    assert_eq!(devices, ["GPU-test-1", "GPU-test-2"]);
+    assert!(heard.iter().all(|h| h["event"] == "gpu_unhealthy"
+        && h["summary"]
+            .as_str()
+            .unwrap()
+            .contains("drained: new hardware fault")));
+    // Still drained later: a fault stays until an administrator restarts kerneld.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(d.gpus().devices[1].health, Health::Drained);
+}

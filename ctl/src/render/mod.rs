@@ -4,6 +4,7 @@
 //! terminal; colour is applied through a `Paint` (term.rs decides when it is on).
 
 mod events;
+mod gpu;
 mod phases;
 mod show;
 
@@ -403,6 +404,7 @@ pub fn gpus(result: &GpusResult, now_ms: u64, paint: Paint) -> String {
         headers.push("SLURM JOB");
     }
     out.push_str(&table(&headers, &rows, paint));
+    out.push_str(&gpu::why_drained(result, paint));
     if let Some(sb) = &result.sandbox {
         out.push_str(&sandbox(sb, paint));
     }

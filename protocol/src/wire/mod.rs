@@ -37,6 +37,7 @@ pub fn quote_at(text: &str, shown: usize) -> String {
 mod chain;
 mod events;
 mod fork;
+mod gpu;
 mod measure;
 mod params;
 mod results;
@@ -46,6 +47,7 @@ mod spec;
 pub use chain::*;
 pub use events::*;
 pub use fork::*;
+pub use gpu::*;
 pub use measure::*;
 pub use params::*;
 pub use results::*;
