@@ -301,13 +301,22 @@ pub(super) mod tests {
         assert!((best.speedup - pooled_speedup).abs() < 1e-9);
         assert_eq!((best.measurements, previous), (Some(2), Some(1.5)));
         assert_eq!(best.timing.as_deref(), Some("gpu"));
-        // A new best as noisy as two readings 10 % apart: kerneld asks for re-times of it,
-        // as many as bring its standard error to BEST_SE_PCT (at most BEST_MEASUREMENTS).
+        // A noisy new best: kerneld asks for re-times of it, as many as would bring its
+        // standard error to BEST_SE_PCT (2 x 3² = 18 measurements), at most BEST_MEASUREMENTS.
         let noisy = Figure {
             speedup: best.speedup,
-            se_pct: 2.0 * noise::BEST_SE_PCT,
+            se_pct: 3.0 * noise::BEST_SE_PCT,
             n: 2,
         };
+        let twice = Figure {
+            se_pct: 2.0 * noise::BEST_SE_PCT,
+            ..noisy
+        };
+        // Twice the target: 2 x 2² = 8 measurements, 6 more.
+        assert!(matches!(
+            top_up(&w, &twice, 0),
+            Some(EventKind::RetimeRequested { times: 6, .. })
+        ));
         let Some(EventKind::RetimeRequested {
             times, for_best, ..
         }) = top_up(&w, &noisy, 0)

@@ -68,7 +68,7 @@ pub const BEST_SE_PCT: f64 = 0.5;
 /// How many re-times a new best still wants: enough to bring its standard error to
 /// `BEST_SE_PCT` if it shrinks as 1/sqrt(m), never beyond `BEST_MEASUREMENTS` in all.
 pub fn top_ups(best: &Figure) -> u32 {
-    if !(best.se_pct > BEST_SE_PCT) {
+    if best.se_pct.is_nan() || best.se_pct <= BEST_SE_PCT {
         return 0;
     }
     let m = f64::from(best.n.max(1));
@@ -336,14 +336,20 @@ pub(crate) mod tests {
 
     /// A correct, timed result with these (candidate, baseline) medians per shape.
     pub(crate) fn timed(shapes: &[(&str, f64, f64)], ci: Option<f64>) -> EvalResult {
-        let shapes: Vec<ShapeTiming> = shapes
-            .iter()
-            .map(|(n, c, b)| ShapeTiming {
-                ci_pct: ci,
-                baseline_ci_pct: ci,
-                ..ShapeTiming::new(n, *c, *b)
-            })
-            .collect();
+        scored(
+            shapes
+                .iter()
+                .map(|(n, c, b)| ShapeTiming {
+                    ci_pct: ci,
+                    baseline_ci_pct: ci,
+                    ..ShapeTiming::new(n, *c, *b)
+                })
+                .collect(),
+        )
+    }
+
+    /// A correct result of these shape rows, its speedup their geomean.
+    pub(crate) fn scored(shapes: Vec<ShapeTiming>) -> EvalResult {
         let logs: f64 = shapes.iter().map(|s| s.speedup.ln()).sum();
         EvalResult {
             class: ResultClass::Ok,

@@ -67,21 +67,25 @@ pub fn process_and_socket_rules(o: &Options) -> Result<Rules, String> {
     Ok(rules)
 }
 
+/// What `--no-connect` refuses whatever the arguments: every call that reaches another
+/// socket or passes a descriptor (sendto is refused only with an address: see below).
+const REACH_ALWAYS: [libc::c_long; 7] = [
+    libc::SYS_connect,
+    libc::SYS_bind,
+    libc::SYS_listen,
+    libc::SYS_accept,
+    libc::SYS_accept4,
+    libc::SYS_sendmsg,
+    libc::SYS_sendmmsg,
+];
+
 /// The EACCES filter's rules (`--no-connect`); empty without it.
 pub fn reach_rules(o: &Options) -> Result<Rules, String> {
     let mut rules = Rules::new();
     if !o.no_connect {
         return Ok(rules);
     }
-    for nr in [
-        libc::SYS_connect,
-        libc::SYS_bind,
-        libc::SYS_listen,
-        libc::SYS_accept,
-        libc::SYS_accept4,
-        libc::SYS_sendmsg,
-        libc::SYS_sendmmsg,
-    ] {
+    for nr in REACH_ALWAYS {
         rules.insert(nr, vec![]);
     }
     // send(2) is sendto with a NULL address (x86_64 and aarch64 have no send syscall):
@@ -168,15 +172,7 @@ mod tests {
             ..Options::default()
         };
         let r = reach_rules(&o).unwrap();
-        for nr in [
-            libc::SYS_connect,
-            libc::SYS_bind,
-            libc::SYS_listen,
-            libc::SYS_accept,
-            libc::SYS_accept4,
-            libc::SYS_sendmsg,
-            libc::SYS_sendmmsg,
-        ] {
+        for nr in REACH_ALWAYS {
             assert_eq!(r.get(&nr).map(Vec::len), Some(0), "syscall {nr}: always");
         }
         assert_eq!(
