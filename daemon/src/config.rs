@@ -79,6 +79,9 @@ pub struct Config {
     pub breaker_backoff: Duration,
     /// `[[hooks]]`: commands run on chosen events (issue #29, daemon/src/hooks).
     pub hooks: Vec<crate::hooks::HookConfig>,
+    /// `metrics_listen`: the Prometheus endpoint's address or unix socket (issue #29,
+    /// daemon/src/metrics); None: no endpoint.
+    pub metrics_listen: Option<crate::metrics::Listen>,
 }
 
 /// The longest wait between the circuit breaker's tries (unless `breaker_backoff` is longer).
@@ -157,6 +160,7 @@ struct RawConfig {
     max_active_goals_per_user: Option<usize>,
     breaker_backoff: Option<String>,
     hooks: Option<Vec<crate::hooks::RawHook>>,
+    metrics_listen: Option<String>,
 }
 
 impl Config {
@@ -190,6 +194,7 @@ impl Config {
             max_active_goals_per_user: DEFAULT_MAX_ACTIVE_GOALS_PER_USER,
             breaker_backoff: Duration::from_secs(300),
             hooks: Vec::new(),
+            metrics_listen: None,
         }
     }
 
@@ -320,6 +325,12 @@ impl Config {
         }
         if let Some(v) = raw.hooks {
             self.hooks = crate::hooks::from_raw(&file.display().to_string(), &text, v)?;
+        }
+        if let Some(v) = raw.metrics_listen {
+            self.metrics_listen = Some(
+                crate::metrics::Listen::parse(&v)
+                    .map_err(|m| format!("{}: {m}", file.display()))?,
+            );
         }
         if let Some(v) = raw.command_env {
             self.command_env = v;

@@ -15,6 +15,7 @@ pub mod goal;
 pub mod gpu;
 pub(crate) mod harness;
 pub mod hooks;
+pub mod metrics;
 pub(crate) mod noise;
 pub(crate) mod projection;
 pub(crate) mod reconfigure;
@@ -105,6 +106,15 @@ pub async fn run_with(
     }
     // Known only before this start records its own `daemon_started`.
     let unclean = startup::unclean_stop(&store).await?;
+    // Bound before anything is written: an address in use stops the start, losing nothing.
+    let metrics = match &config.metrics_listen {
+        Some(l) => Some(
+            metrics::Endpoint::bind(l)
+                .await
+                .map_err(anyhow::Error::msg)?,
+        ),
+        None => None,
+    };
     let hooks = hooks::Hooks::start(config.hooks.clone(), hook_context(&config, &store));
     let start = engine::Engine::start(config.clone(), store, devices, shutdown.child_token());
     let engine = startup::open_log(&db, start).await?;
@@ -120,6 +130,10 @@ pub async fn run_with(
         let ev = hooks::HookEvent::daemon_restarted(&last, store::now_ms());
         tracing::warn!("{}", ev.reason.as_deref().unwrap_or_default());
         hooks.fire(ev);
+    }
+    let stop_metrics = CancellationToken::new();
+    if let Some(m) = metrics {
+        tokio::spawn(m.serve(engine.clone(), hooks.clone(), stop_metrics.clone()));
     }
     let listener = rpc::bind(&config.socket).await?;
     tracing::info!(socket = %config.socket.display(), state = %config.state_dir.display(), "kerneld ready");
@@ -159,6 +173,7 @@ pub async fn run_with(
     // What the last moments committed still reaches its hooks, within a few seconds.
     hooks.close(HOOKS_AT_STOP).await;
     stop_hooks.cancel();
+    stop_metrics.cancel();
     if let Some(why) = fatal {
         // The log cannot take the stop record either; the restart reopens it.
         return Err(anyhow::anyhow!(why));

@@ -24,11 +24,16 @@ pub fn why_drained(result: &GpusResult, paint: Paint) -> String {
     out
 }
 
+/// Every device's fault readings (`gpus` under its table); nothing for the CPU slot.
+pub fn all_readings(result: &GpusResult) -> String {
+    result
+        .devices
+        .iter()
+        .filter_map(|d| d.readings.as_ref().map(|r| readings(&d.uuid, r)))
+        .collect()
+}
+
 /// A device's fault readings, a few indented lines (none where NVML gave none).
-// Shown by `gpus` under the table once the daemon sends each device's readings
-// (`GpuStatus::readings`, filled by the engine's `gpus` from `DeviceLayer::readings`:
-// issue #29's engine wiring); until then only its test calls it.
-#[cfg_attr(not(test), allow(dead_code))]
 pub fn readings(uuid: &str, r: &GpuReadings) -> String {
     let mut out = format!("{uuid} readings:\n");
     let mut line = |s: String| out.push_str(&format!("  {s}\n"));
@@ -116,6 +121,7 @@ mod tests {
             evaluations: 0,
             busy_s: 0.0,
             slurm: None,
+            readings: None,
         };
         let long = "new hardware fault since kerneld started: 1 memory row remapped (0 correctable, 1 uncorrectable in all); drained until an administrator checks the GPU";
         let result = GpusResult {

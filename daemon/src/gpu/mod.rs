@@ -202,6 +202,18 @@ impl NvmlLayer {
     }
 }
 
+/// `gpus`' devices with their fault readings (read here, outside the engine's lock: an
+/// NVML call may take milliseconds).
+pub fn with_readings(
+    layer: &dyn DeviceLayer,
+    mut devices: Vec<crate::wire::GpuStatus>,
+) -> Vec<crate::wire::GpuStatus> {
+    for d in &mut devices {
+        d.readings = layer.readings(&d.uuid);
+    }
+    devices
+}
+
 /// Readings in one line for the log.
 pub fn summary(r: &GpuReadings) -> String {
     let mut parts = Vec::new();

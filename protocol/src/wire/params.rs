@@ -387,6 +387,11 @@ pub struct GpuStatus {
     /// A Slurm slot's job (None for local devices, and for a Slurm slot holding none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmJobStatus>,
+    /// Its fault readings (Xid events, ECC counters, remapped rows, retired and pending
+    /// pages) with the faults new since kerneld started (issue #29); absent for the CPU
+    /// slot and from daemons before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readings: Option<super::GpuReadings>,
 }
 
 /// The Slurm job behind a slot, as `kernelctl gpus` shows it.
