@@ -1,5 +1,5 @@
 //! `kerneld gpu-health`: this machine's GPUs' fault readings through the real NVML layer,
-//! for an administrator and for the device-side check (scripts/gpu/gpu_health_check.sh).
+//! for an administrator and for the device-side check (scripts/gpu/ops_check.sh).
 //! A one-off look has no start to compare with, so its verdict is absolute: a GPU is
 //! clean when its readings are there and show nothing a health check must act on now.
 
