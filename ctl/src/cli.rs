@@ -74,6 +74,11 @@ pub enum Command {
         /// If a goal of the same name is queued, running or paused, print its id instead (for cron)
         #[arg(long)]
         unique: bool,
+        /// Run only after GOAL (an id or a name) ends: GOAL or GOAL:completed waits for it to
+        /// complete and is cancelled if it fails or is cancelled (Slurm's afterok);
+        /// GOAL:any runs after any end (afterany). In place of the goal file's `after`
+        #[arg(long, value_name = "GOAL[:completed|:any]")]
+        after: Option<String>,
     },
     /// List the active goals and the newest finished ones (or one goal) with their progress
     Status {

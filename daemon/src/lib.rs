@@ -8,6 +8,7 @@ pub(crate) mod admission;
 pub(crate) mod agent;
 pub(crate) mod audit;
 pub(crate) mod candidate;
+pub(crate) mod chains;
 pub mod config;
 pub(crate) mod context;
 pub(crate) mod engine;
@@ -123,6 +124,11 @@ pub async fn run_with(
     let stop_hooks = CancellationToken::new();
     tokio::spawn(hooks::follow(
         hooks.clone(),
+        engine.subscribe(),
+        stop_hooks.clone(),
+    ));
+    tokio::spawn(chains::follow(
+        engine.clone(),
         engine.subscribe(),
         stop_hooks.clone(),
     ));

@@ -20,6 +20,10 @@ pub struct EnqueueParams {
     /// tasks. A seed found in the task's directory is taken from there instead.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub files: std::collections::BTreeMap<String, String>,
+    /// `kernelctl enqueue --after GOAL[:completed|:any]` (issue #29): the goal waits for
+    /// another to end; in place of the file's own `after`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
