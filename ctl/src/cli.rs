@@ -152,6 +152,18 @@ pub enum Command {
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
     },
+    /// The lineage of a candidate (the best unless named): each step from its seed, with its
+    /// speedup and what changed (seed, config, the source's diff); with two candidates, what
+    /// changed from A to B. A candidate's parent is the goal's best when it was proposed
+    Diff {
+        /// The goal's id or name
+        goal: String,
+        /// A candidate id (or a unique prefix), or `best`
+        #[arg(default_value = "best")]
+        a: String,
+        /// A second candidate: the diff from A to it
+        b: Option<String>,
+    },
     /// Re-time a candidate N times (each a fresh runner, interleaved with a freshly timed
     /// baseline) and print the stability: per-shape medians, the geomean speedup's CV, the
     /// largest deviation of any shape's median (candidate and baseline), what the figures

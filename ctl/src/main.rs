@@ -13,6 +13,7 @@ mod digest;
 mod failure;
 mod follow;
 mod fork;
+mod lineage;
 mod man;
 mod render;
 mod report;
@@ -143,6 +144,7 @@ fn run(command: Command, ctx: &Ctx) -> Result<u8, Failure> {
         Command::Context { goal } => context(ctx, goal),
         Command::Gpus => gpus(ctx),
         Command::Report { goal, output } => follow::report(ctx, goal, output.as_deref()),
+        Command::Diff { goal, a, b } => lineage::diff(ctx, &goal, &a, b.as_deref()),
         Command::Retime {
             goal,
             candidate,

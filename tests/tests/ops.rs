@@ -501,3 +501,57 @@ fn a_gpu_with_a_new_fault_is_drained_and_the_hooks_say_why() {
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(d.gpus().devices[1].health, Health::Drained);
 }
+
+#[test]
+fn diff_shows_the_lineage_of_the_best_and_the_report_shows_it_too() {
+    let dir = TempDir::new("lineage");
+    let kernels = stub_kernels(dir.path());
+    let d = Daemon::start_kernels(dir.path(), &kernels, &[], &[]);
+    let id = enqueue(&d, &demo_goal(dir.path(), "tree", 6, ""));
+    let end = d.wait_terminal(&id, Duration::from_secs(60));
+    assert_eq!(end.state, GoalState::Completed);
+    let best = end.best.unwrap().candidate;
+    let out = kernelctl(&d.socket, &["diff", &id]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert!(
+        text.starts_with(&format!("lineage of {best} in {id}: ")),
+        "{text}"
+    );
+    assert!(text.contains("seed "), "the line starts at a seed: {text}");
+    // Two candidates: what changed from the first proposed to the best.
+    let out = kernelctl(&d.socket, &["--json", "diff", &id]);
+    let steps: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(steps.last().unwrap()["candidate"], best.as_str());
+    let first = d
+        .events(0)
+        .into_iter()
+        .find_map(|e| match e.kind {
+            EventKind::CandidateProposed { candidate, .. } => Some(candidate),
+            _ => None,
+        })
+        .unwrap();
+    let out = kernelctl(&d.socket, &["diff", &id, &first[..10], "best"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .starts_with(&format!("{id}: from {first} to {best}\n")),
+        "{}",
+        output_text(&out)
+    );
+    let out = kernelctl(&d.socket, &["diff", &id, "ffffffff"]);
+    assert!(!out.status.success());
+    assert!(
+        output_text(&out).contains("no candidate ffffffff in this goal"),
+        "{}",
+        output_text(&out)
+    );
+    // The report's page has the lineage.
+    let html = dir.path().join("report.html");
+    let out = kernelctl(&d.socket, &["report", &id, "-o", html.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<h2>Lineage of the best</h2>"), "{page}");
+    assert!(page.contains(&best[..12]), "{page}");
+    assert!(d.stop().success());
+}
