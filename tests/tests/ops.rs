@@ -555,3 +555,109 @@ fn diff_shows_the_lineage_of_the_best_and_the_report_shows_it_too() {
     assert!(page.contains(&best[..12]), "{page}");
     assert!(d.stop().success());
 }
+
+/// The events of the in-process daemon's log.
+fn events_of(socket: &Path) -> Vec<kerneld::wire::Event> {
+    let mut all: Vec<kerneld::wire::Event> = Vec::new();
+    loop {
+        let from = all.last().map_or(0, |e| e.seq);
+        let v = try_call(socket, "events", serde_json::json!({"after": from})).unwrap();
+        let page: Vec<kerneld::wire::Event> = serde_json::from_value(v["result"].clone()).unwrap();
+        if page.is_empty() {
+            return all;
+        }
+        all.extend(page);
+    }
+}
+
+#[test]
+fn an_evaluation_on_a_gpu_that_faults_is_aborted_marked_and_run_again_on_a_healthy_one() {
+    use kerneld::gpu::ScriptedLayer;
+    use kerneld::wire::{EccCounts, GpuReadings, RemappedRows, XidLog};
+    let dir = TempDir::new("faultrerun");
+    let kernels = scripted_kernels(dir.path());
+    let script = kernels.join("harness/script.json");
+    std::fs::write(&script, r#"{"first": 2.0, "hang_first": true}"#).unwrap();
+    let layer = std::sync::Arc::new(ScriptedLayer::new(2));
+    let start = GpuReadings {
+        xid: Some(XidLog::default()),
+        ecc: Some(EccCounts::default()),
+        remapped_rows: Some(RemappedRows::default()),
+        ..Default::default()
+    };
+    for i in 0..2 {
+        layer.set_readings(&format!("GPU-test-{i}"), start.clone());
+    }
+    let k = kernels.clone();
+    let d = InProcess::start(dir.path(), layer.clone(), move |c| c.kernels_dir = k);
+    let goal = demo_goal(dir.path(), "faulted", 1, "");
+    let source = std::fs::read_to_string(&goal).unwrap();
+    let v = try_call(
+        &d.socket,
+        "enqueue",
+        serde_json::json!({"path": goal, "source": source, "unique": false}),
+    )
+    .unwrap();
+    let id = v["result"]["id"].as_str().unwrap().to_string();
+    let wait = |what: &str, f: &dyn Fn(&kerneld::wire::Event) -> bool| {
+        let t0 = Instant::now();
+        loop {
+            if let Some(e) = events_of(&d.socket).into_iter().find(|e| f(e)) {
+                return e;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "no {what}: {:?}",
+                events_of(&d.socket)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let started = wait("evaluation_started", &|e| {
+        matches!(e.kind, EventKind::EvaluationStarted { .. })
+    });
+    let EventKind::EvaluationStarted {
+        device: sick,
+        iteration,
+        ..
+    } = started.kind
+    else {
+        unreachable!()
+    };
+    // The GPU under the evaluation reports an uncorrected ECC error.
+    let mut faulty = start.clone();
+    faulty.ecc.as_mut().unwrap().volatile_uncorrected = 1;
+    layer.set_readings(&sick, faulty);
+    let aborted = wait("evaluation_aborted", &|e| {
+        matches!(e.kind, EventKind::EvaluationAborted { .. })
+    });
+    let EventKind::EvaluationAborted { device, reason, .. } = aborted.kind else {
+        unreachable!()
+    };
+    assert_eq!(device, sick);
+    assert!(
+        reason.starts_with(&format!("measured across a hardware fault on {sick} (uncorrected ECC errors (volatile) 0 → 1): not recorded"))
+            && reason.contains("runs again on a healthy GPU"),
+        "{reason}"
+    );
+    std::fs::write(&script, r#"{"first": 2.0}"#).unwrap();
+    let finished = wait(
+        "evaluation_finished",
+        &|e| matches!(&e.kind, EventKind::EvaluationFinished { iteration: it, .. } if *it == iteration),
+    );
+    let EventKind::EvaluationFinished { device, .. } = finished.kind else {
+        unreachable!()
+    };
+    assert_ne!(device, sick, "the evaluation ran again on the sick GPU");
+    let g = try_call(&d.socket, "status", serde_json::json!({"goal": id})).unwrap();
+    assert!(g["result"][0]["evaluations"].as_u64().unwrap() >= 1, "{g}");
+    assert_eq!(
+        d.gpus()
+            .devices
+            .iter()
+            .find(|g| g.uuid == sick)
+            .unwrap()
+            .health,
+        kerneld::wire::Health::Drained
+    );
+}
