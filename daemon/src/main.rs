@@ -16,7 +16,14 @@ use kerneld::{paths, Config, RunOptions};
 #[command(
     name = "kerneld",
     version,
-    about = "Runs GPU-kernel optimization goals; control it with kernelctl."
+    about = "Runs GPU-kernel optimization goals; control it with kernelctl.",
+    after_long_help = "Operations (kerneld.toml; docs/OPERATIONS.md): `metrics_listen = \"127.0.0.1:9464\"` \
+        (or a unix socket path) serves Prometheus text at /metrics, read-only; `[[hooks]]` run a \
+        command as kerneld's user, with a cleared environment and the event as JSON on stdin, on \
+        goal_finished, goal_failed, goal_cancelled, new_best, gpu_unhealthy, daemon_restarted and \
+        more. Every health check reads each GPU's Xid events, ECC counters and remapped rows \
+        through NVML: a GPU with a new fault is drained and its evaluation in flight runs again on \
+        a healthy one (`kerneld gpu-health` reads them on demand)."
 )]
 struct Cli {
     /// Configuration file (default: /etc/kerneld/kerneld.toml when it exists).
