@@ -198,6 +198,25 @@ impl Config {
         }
     }
 
+    /// kerneld.toml's operations keys (issue #29): `[[hooks]]` and `metrics_listen`.
+    fn merge_ops(
+        &mut self,
+        file: &Path,
+        text: &str,
+        hooks: Option<Vec<crate::hooks::RawHook>>,
+        metrics_listen: Option<String>,
+    ) -> Result<(), String> {
+        if let Some(v) = hooks {
+            self.hooks = crate::hooks::from_raw(&file.display().to_string(), text, v)?;
+        }
+        if let Some(v) = metrics_listen {
+            let listen = crate::metrics::Listen::parse(&v)
+                .map_err(|m| format!("{}: {m}", file.display()))?;
+            self.metrics_listen = Some(listen);
+        }
+        Ok(())
+    }
+
     /// Applies a `kerneld.toml` on top of `self`.
     pub fn merge_file(mut self, file: &Path) -> Result<Config, String> {
         let text = std::fs::read_to_string(file)
@@ -323,15 +342,7 @@ impl Config {
         if let Some(v) = raw.sandbox_unix_sockets {
             sb.unix_sockets = v;
         }
-        if let Some(v) = raw.hooks {
-            self.hooks = crate::hooks::from_raw(&file.display().to_string(), &text, v)?;
-        }
-        if let Some(v) = raw.metrics_listen {
-            self.metrics_listen = Some(
-                crate::metrics::Listen::parse(&v)
-                    .map_err(|m| format!("{}: {m}", file.display()))?,
-            );
-        }
+        self.merge_ops(file, &text, raw.hooks, raw.metrics_listen)?;
         if let Some(v) = raw.command_env {
             self.command_env = v;
         }

@@ -52,15 +52,11 @@ fn running(cmdline: &str) -> bool {
         .any(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim() == cmdline)
 }
 
-#[test]
-fn hooks_run_on_a_goals_events_and_bad_hooks_end_in_a_log_line() {
-    let dir = TempDir::new("hooks");
-    let kernels = stub_kernels(dir.path());
-    let record = dir.path().join("record.jsonl");
-    let mail_log = dir.path().join("mail.log");
-    let sleeper = format!("sleep 36{}", std::process::id() % 100 + 10);
-    let cfg = config(
-        dir.path(),
+/// The hooks test's kerneld.toml: a recording hook, hooks that hang, fail, flood or do not
+/// exist, and the mail recipe with a fake sendmail.
+fn hooks_toml(dir: &Path, record: &Path, mail_log: &Path, sleeper: &str) -> PathBuf {
+    config(
+        dir,
         &format!(
             r#"
 [[hooks]]
@@ -101,27 +97,15 @@ env = {{ SENDMAIL = "{sendmail}", FAKE_MAIL_LOG = "{mail_log}" }}
             sendmail = repo_root().join("tests/fixtures/fake_sendmail").display(),
             mail_log = mail_log.display(),
         ),
-    );
-    let cfg_arg = cfg.to_string_lossy().into_owned();
-    let d = Daemon::start_kernels(dir.path(), &kernels, &["--config", &cfg_arg], &[]);
-    let before_kb = peak_kb(d.child.id());
-    let id = enqueue(
-        &d,
-        &demo_goal(dir.path(), "night", 3, "notify = [\"mail\"]"),
-    );
-    let quiet = enqueue(&d, &demo_goal(dir.path(), "quiet", 2, ""));
-    assert_eq!(
-        d.wait_terminal(&id, Duration::from_secs(60)).state,
-        GoalState::Completed
-    );
-    assert_eq!(
-        d.wait_terminal(&quiet, Duration::from_secs(60)).state,
-        GoalState::Completed
-    );
+    )
+}
 
+/// The hung, failing, flooding and missing hooks each ended in a log line, and the
+/// flood did not move kerneld's memory.
+fn bad_hooks_ended_in_log_lines(d: &Daemon, sleeper: &str, before_kb: u64) {
     // The hung hook: killed with its process group at its timeout, and said so.
     let hang = log_line(
-        &d,
+        d,
         "hook `hang` for goal_finished of ",
         Duration::from_secs(20),
     );
@@ -137,10 +121,10 @@ env = {{ SENDMAIL = "{sendmail}", FAKE_MAIL_LOG = "{mail_log}" }}
         .unwrap_or_else(|| panic!("{hang}"));
     assert!((2.0..4.0).contains(&secs), "killed after {secs}s: {hang}");
     eprintln!("the hanging hook was killed after {secs:.2} s (timeout 2 s)");
-    assert!(!running(&sleeper), "the hung hook's child outlived it");
+    assert!(!running(sleeper), "the hung hook's child outlived it");
     // The failing one: its exit status and what it said.
     let fail = log_line(
-        &d,
+        d,
         "hook `fail` failed for goal_finished of ",
         Duration::from_secs(10),
     );
@@ -150,7 +134,7 @@ env = {{ SENDMAIL = "{sendmail}", FAKE_MAIL_LOG = "{mail_log}" }}
     );
     // The flood: 50 MB of output, a bounded tail in the log, the daemon's memory unmoved.
     let flood = log_line(
-        &d,
+        d,
         "hook `flood` failed for goal_finished of ",
         Duration::from_secs(30),
     );
@@ -170,7 +154,7 @@ env = {{ SENDMAIL = "{sendmail}", FAKE_MAIL_LOG = "{mail_log}" }}
         "kerneld's peak memory grew by {grew_kb} kB"
     );
     let missing = log_line(
-        &d,
+        d,
         "hook `missing` did not run for goal_finished of ",
         Duration::from_secs(10),
     );
@@ -178,6 +162,34 @@ env = {{ SENDMAIL = "{sendmail}", FAKE_MAIL_LOG = "{mail_log}" }}
         missing.contains("cannot start /nonexistent/kerneld-hook: No such file or directory"),
         "{missing}"
     );
+}
+
+#[test]
+fn hooks_run_on_a_goals_events_and_bad_hooks_end_in_a_log_line() {
+    let dir = TempDir::new("hooks");
+    let kernels = stub_kernels(dir.path());
+    let record = dir.path().join("record.jsonl");
+    let mail_log = dir.path().join("mail.log");
+    let sleeper = format!("sleep 36{}", std::process::id() % 100 + 10);
+    let cfg = hooks_toml(dir.path(), &record, &mail_log, &sleeper);
+    let cfg_arg = cfg.to_string_lossy().into_owned();
+    let d = Daemon::start_kernels(dir.path(), &kernels, &["--config", &cfg_arg], &[]);
+    let before_kb = peak_kb(d.child.id());
+    let id = enqueue(
+        &d,
+        &demo_goal(dir.path(), "night", 3, "notify = [\"mail\"]"),
+    );
+    let quiet = enqueue(&d, &demo_goal(dir.path(), "quiet", 2, ""));
+    assert_eq!(
+        d.wait_terminal(&id, Duration::from_secs(60)).state,
+        GoalState::Completed
+    );
+    assert_eq!(
+        d.wait_terminal(&quiet, Duration::from_secs(60)).state,
+        GoalState::Completed
+    );
+
+    bad_hooks_ended_in_log_lines(&d, &sleeper, before_kb);
 
     // Nothing lost: every event a hook listens to reached the recording hook once.
     let wanted: Vec<(u64, &str)> = d

@@ -37,26 +37,23 @@ pub fn all_readings(result: &GpusResult) -> String {
 pub fn readings(uuid: &str, r: &GpuReadings) -> String {
     let mut out = format!("{uuid} readings:\n");
     let mut line = |s: String| out.push_str(&format!("  {s}\n"));
-    match &r.xid {
-        Some(x) => {
-            let recent: Vec<String> = x
-                .recent
-                .iter()
-                .rev()
-                .take(3)
-                .map(|rec| format!("{} ({})", rec.xid, xid_meaning(rec.xid).0))
-                .collect();
-            line(format!(
-                "Xid events since kerneld started: {}{}",
-                x.count,
-                if recent.is_empty() {
-                    String::new()
-                } else {
-                    format!(", newest: {}", recent.join(", "))
-                }
-            ))
-        }
-        None => {}
+    if let Some(x) = &r.xid {
+        let recent: Vec<String> = x
+            .recent
+            .iter()
+            .rev()
+            .take(3)
+            .map(|rec| format!("{} ({})", rec.xid, xid_meaning(rec.xid).0))
+            .collect();
+        line(format!(
+            "Xid events since kerneld started: {}{}",
+            x.count,
+            if recent.is_empty() {
+                String::new()
+            } else {
+                format!(", newest: {}", recent.join(", "))
+            }
+        ))
     }
     if let Some(e) = &r.ecc {
         line(format!(

@@ -445,7 +445,8 @@ mod tests {
             assert_eq!(layer.health("GPU-test-0", &ours).drain_reason(), None);
             assert_eq!(layer.health("GPU-test-1", &ours).drain_reason(), None);
         }
-        let cases: [(fn(&mut GpuReadings), &str); 3] = [
+        type Change = fn(&mut GpuReadings);
+        let cases: [(Change, &str); 3] = [
             (
                 |r| {
                     r.xid = Some(XidLog {

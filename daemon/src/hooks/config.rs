@@ -249,59 +249,7 @@ pub fn from_raw(file: &str, text: &str, raw: Vec<RawHook>) -> Result<Vec<HookCon
                 d
             }
         };
-        let mut goals = Vec::new();
-        if let Some(g) = &r.goals {
-            for p in g.get_ref() {
-                goals.push(glob::Pattern::new(p).map_err(|e| {
-                    at(
-                        g.span(),
-                        &name,
-                        format!("`goals`: `{p}` is not a pattern: {e}"),
-                    )
-                })?);
-            }
-        }
-        let mut owners = Vec::new();
-        if let Some(o) = &r.owners {
-            for who in o.get_ref() {
-                owners.push(match who.parse::<u32>() {
-                    Ok(uid) => Owner::Uid(uid),
-                    Err(_) if !who.is_empty() && !who.contains(char::is_whitespace) => {
-                        Owner::Name(who.clone())
-                    }
-                    Err(_) => {
-                        return Err(at(
-                            o.span(),
-                            &name,
-                            format!("`owners`: `{who}` is neither a user name nor a uid"),
-                        ))
-                    }
-                });
-            }
-        }
-        let env = r
-            .env
-            .as_ref()
-            .map(|e| e.get_ref().clone())
-            .unwrap_or_default();
-        if let Some(var) = env
-            .keys()
-            .find(|k| reserved(k) || k.is_empty() || k.contains('=') || k.contains('\0'))
-        {
-            let e = r.env.as_ref().map(Spanned::span).unwrap_or(0..0);
-            return Err(at(
-                e,
-                &name,
-                format!(
-                    "`env` cannot set `{var}`: PATH and KERNELD_* are kerneld's, and a name \
-                     has no '='"
-                ),
-            ));
-        }
-        if let Some((var, _)) = env.iter().find(|(_, v)| v.contains('\0')) {
-            let e = r.env.as_ref().map(Spanned::span).unwrap_or(0..0);
-            return Err(at(e, &name, format!("`env`: `{var}` holds a NUL byte")));
-        }
+        let (goals, owners, env) = filters_and_env(&r, &name, &at)?;
         hooks.push(HookConfig {
             name,
             on,
@@ -314,6 +262,70 @@ pub fn from_raw(file: &str, text: &str, raw: Vec<RawHook>) -> Result<Vec<HookCon
         });
     }
     Ok(hooks)
+}
+
+/// A hook's `goals`, `owners` and `env`, checked.
+type Filters = (Vec<glob::Pattern>, Vec<Owner>, BTreeMap<String, String>);
+
+fn filters_and_env(
+    r: &RawHook,
+    name: &str,
+    at: &dyn Fn(std::ops::Range<usize>, &str, String) -> String,
+) -> Result<Filters, String> {
+    let mut goals = Vec::new();
+    if let Some(g) = &r.goals {
+        for p in g.get_ref() {
+            goals.push(glob::Pattern::new(p).map_err(|e| {
+                at(
+                    g.span(),
+                    name,
+                    format!("`goals`: `{p}` is not a pattern: {e}"),
+                )
+            })?);
+        }
+    }
+    let mut owners = Vec::new();
+    if let Some(o) = &r.owners {
+        for who in o.get_ref() {
+            owners.push(match who.parse::<u32>() {
+                Ok(uid) => Owner::Uid(uid),
+                Err(_) if !who.is_empty() && !who.contains(char::is_whitespace) => {
+                    Owner::Name(who.clone())
+                }
+                Err(_) => {
+                    return Err(at(
+                        o.span(),
+                        name,
+                        format!("`owners`: `{who}` is neither a user name nor a uid"),
+                    ))
+                }
+            });
+        }
+    }
+    let env = r
+        .env
+        .as_ref()
+        .map(|e| e.get_ref().clone())
+        .unwrap_or_default();
+    if let Some(var) = env
+        .keys()
+        .find(|k| reserved(k) || k.is_empty() || k.contains('=') || k.contains('\0'))
+    {
+        let e = r.env.as_ref().map(Spanned::span).unwrap_or(0..0);
+        return Err(at(
+            e,
+            name,
+            format!(
+                "`env` cannot set `{var}`: PATH and KERNELD_* are kerneld's, and a name \
+                 has no '='"
+            ),
+        ));
+    }
+    if let Some((var, _)) = env.iter().find(|(_, v)| v.contains('\0')) {
+        let e = r.env.as_ref().map(Spanned::span).unwrap_or(0..0);
+        return Err(at(e, name, format!("`env`: `{var}` holds a NUL byte")));
+    }
+    Ok((goals, owners, env))
 }
 
 fn all_names() -> String {
