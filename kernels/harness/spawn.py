@@ -51,6 +51,16 @@ def _launcher() -> list[str]:
     return v
 
 
+def _libcuda_dir() -> str | None:
+    """Where libcuda.so.1 is, found by the judge (outside the runner's sandbox) the way Triton
+    would find it; None where there is none (a CPU machine) or the lookup fails."""
+    try:
+        from triton.backends.nvidia.driver import libcuda_dirs
+        return libcuda_dirs()[0]
+    except Exception:                       # no driver, no ldconfig: the runner's launch will say
+        return None
+
+
 def runner_env(scratch: str) -> dict:
     """Exactly the variables a runner needs (PROCESS_MODEL.md): nothing secret, no daemon settings."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": os.environ.get("LANG", "C.UTF-8"),
@@ -61,9 +71,18 @@ def runner_env(scratch: str) -> dict:
            "CUDA_CACHE_PATH": os.path.join(scratch, "cuda"), "KERNELD_RUNNER_SCRATCH": scratch}
     # SLURM_STEP_GPUS: on a Slurm node the runner's kerneld-sandbox finds its GPU's device
     # node there (--dev-from-env), as the judge's did.
-    for k in ("CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "KERNELD_RUNNER_GPU_MEM_FRACTION", "SLURM_STEP_GPUS"):
+    # TRITON_LIBCUDA_PATH: without it Triton's first launch runs `/sbin/ldconfig -p` to find
+    # libcuda, and the sandbox lets the runner execute no such thing (on the H200 every
+    # evaluation failed "Permission denied: '/sbin/ldconfig'"). The daemon gives the judge the
+    # directory; the runner gets the judge's.
+    for k in ("CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "TRITON_LIBCUDA_PATH", "KERNELD_RUNNER_GPU_MEM_FRACTION",
+              "SLURM_STEP_GPUS"):
         if k in os.environ:
             env[k] = os.environ[k]
+    if "TRITON_LIBCUDA_PATH" not in env and env.get("TRITON_INTERPRET") != "1":
+        lib = _libcuda_dir()
+        if lib:
+            env["TRITON_LIBCUDA_PATH"] = lib
     if os.environ.get("KERNELD_RUNNER_LAUNCHER"):
         env["KERNELD_SANDBOX_INFO"] = os.environ.get("KERNELD_SANDBOX_INFO", "kerneld-sandbox")
     return env

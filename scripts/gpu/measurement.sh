@@ -91,6 +91,19 @@ start)
   t_enq=$(date +%s)
   printf 'W=%q\npid=%q\nid=%q\nt_enq=%q\n' "$W" "$pid" "$id" "$t_enq" > "$RUN_FILE"
   (nvidia-smi --query-gpu=timestamp,utilization.gpu,clocks.sm --format=csv,noheader -lms 1000 >> "$W/util.csv" 2>/dev/null &)
+  $ctl version > "$OUT/version.txt" 2>&1
+  # A run whose first evaluations all fail says so at once, not after ten minutes of device time
+  # (seen: every evaluation refused by the sandbox, 251 of them).
+  for _ in $(seq 60); do
+    n=$($ctl --json events "$id" 2>/dev/null | grep -c '"evaluation_finished"')
+    [ "$n" -ge 4 ] && break
+    sleep 3
+  done
+  if ! $ctl --json events "$id" 2>/dev/null | grep '"evaluation_finished"' | grep -qv '"class":"error"'; then
+    echo "the first evaluations all failed: the run stops here"
+    $ctl --json events "$id" | grep -m2 '"evaluation_finished"' | cut -c1-1500
+    kill -TERM "$pid"; exit 1
+  fi
   while [ "$(left)" -gt 15 ]; do sleep 5; done
   $ctl status
   $ctl show "$id" 2>&1 | head -30
@@ -114,6 +127,11 @@ finish)
   "$PY" scripts/gpu/measurement_check.py "$OUT/events.jsonl" --out "$OUT/winner_check.json" \
       --budget-s "$(( $(left) - 20 ))" 2>&1 | grep -v Warning | tail -30
   cat "$OUT/retime.txt" | tail -12
+  # the demo step too when the call has time for it (one device call less)
+  if [ "${DEMO_AFTER:-1}" = 1 ] && [ "$(left)" -gt 200 ]; then
+    echo "== demo ($(left) s left)"
+    STEP=demo BUDGET_S="$(left)" bash "$0"
+  fi
   ;;
 retime)
   # a short run: the goal until its first best, then `retime best --times 8` on the idle goal

@@ -84,9 +84,23 @@ def test_the_runner_environment_is_cleared(monkeypatch, tmp_path):
     assert "OPENAI_API_KEY" not in env and "NOTIFY_SOCKET" not in env
     assert set(env) <= {"PATH", "LANG", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONPATH", "TMPDIR", "HOME",
                         "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH",
-                        "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "KERNELD_RUNNER_SCRATCH", "KERNELD_SANDBOX_INFO"}
+                        "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "TRITON_LIBCUDA_PATH", "KERNELD_RUNNER_SCRATCH",
+                        "KERNELD_SANDBOX_INFO"}
     for k in ("TMPDIR", "HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH"):
         assert env[k].startswith(str(tmp_path))
+
+
+def test_the_runner_finds_libcuda_without_ldconfig(monkeypatch, tmp_path):
+    """The sandboxed runner may not execute /sbin/ldconfig (Triton's way to find libcuda): it
+    gets the directory the daemon gave the judge, or the one the judge finds itself."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv("TRITON_LIBCUDA_PATH", "/usr/lib/x86_64-linux-gnu")
+    assert spawn.runner_env(str(tmp_path))["TRITON_LIBCUDA_PATH"] == "/usr/lib/x86_64-linux-gnu"
+    monkeypatch.delenv("TRITON_LIBCUDA_PATH")
+    monkeypatch.setattr(spawn, "_libcuda_dir", lambda: "/opt/driver/lib")
+    assert spawn.runner_env(str(tmp_path))["TRITON_LIBCUDA_PATH"] == "/opt/driver/lib"
+    monkeypatch.setenv("TRITON_INTERPRET", "1")             # the interpreter needs no driver
+    assert "TRITON_LIBCUDA_PATH" not in spawn.runner_env(str(tmp_path))
 
 
 def test_the_launcher_wraps_the_runner(monkeypatch, tmp_path):
