@@ -16,7 +16,8 @@
 #   OUT=/tmp/out bash scripts/gpu/ops_check.sh
 # Files under $OUT: nvidia-smi.csv, nvidia-smi-faults.txt, gpu-health.txt, gpu-health.json,
 # kerneld.toml, metrics-1.txt, metrics-2.txt, metrics-end.txt, gpus.txt, gpus.json,
-# status.txt, events.jsonl, kerneld.log, check.txt. Exit 0 only when the verdict is clean.
+# status.txt, events.jsonl, report.png, report.html, diff.txt (the best's lineage), kerneld.log,
+# check.txt. Exit 0 only when the verdict is clean.
 set -u
 OUT="${OUT:?set OUT}"
 BUDGET_S="${BUDGET_S:-140}"
@@ -88,6 +89,10 @@ done
 scrape "$OUT/metrics-end.txt"
 $ctl status > "$OUT/status.txt" 2>&1
 events > "$OUT/events.jsonl"
+# The run's report (README: a PNG of a real H200 run) and the best's lineage.
+$ctl report "$id" -o "$OUT/report.png" > /dev/null 2>&1
+$ctl report "$id" -o "$OUT/report.html" > /dev/null 2>&1
+$ctl diff "$id" > "$OUT/diff.txt" 2>&1
 $ctl cancel "$id" > /dev/null 2>&1
 kill -TERM "$pid"
 for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
@@ -145,6 +150,9 @@ for i, name in ((1, "metrics-1.txt"), (2, "metrics-2.txt"), (3, "metrics-end.txt
     said.append(f"{name}: {len(samples)} samples ({how}); goal {goal} {state}; "
                 f"evaluations {get(samples, 'kerneld_goal_evaluations_total', goal=goal)}; "
                 f"best {get(samples, 'kerneld_goal_best_speedup_ratio', goal=goal)}")
+    if i == 3:
+        by_class = {l["class"]: v for n, l, v in samples if n == "kerneld_evaluations_total" and v}
+        said.append(f"{name}: evaluations by class since the daemon started: {by_class or 'none'}")
     if i == 1 and state != ["running"]:
         bad.append(f"{name}: the goal is not running in it ({state})")
     if i == 2 and state != ["running"]:
