@@ -141,7 +141,8 @@ pub enum Command {
         /// The goal's id or name
         goal: String,
     },
-    /// GPUs (evaluation slots): health, leases, work done
+    /// GPUs (evaluation slots): health, leases, work done; why a drained one is drained, and
+    /// each GPU's fault readings (Xid events, ECC counters, remapped rows, pending retirement)
     Gpus,
     /// Progress over time: a chart in the terminal, or with -o an SVG, PNG or HTML file
     Report {

@@ -18,7 +18,19 @@ use crate::hooks::Hooks;
 /// (which take effect for the next event). Returns what changed, for the log.
 fn apply(engine: &Engine, hooks: &Hooks, cfg: Config) -> Vec<String> {
     let new_hooks = cfg.hooks.clone();
+    // The endpoint is bound once, at start: a change waits for the next one.
+    let listen = |l: &Option<crate::metrics::Listen>| l.as_ref().map(ToString::to_string);
+    let metrics = (
+        listen(&engine.config().metrics_listen),
+        listen(&cfg.metrics_listen),
+    );
     let mut changes = engine.reload(cfg);
+    if metrics.0 != metrics.1 {
+        changes.push(format!(
+            "metrics_listen {:?} → {:?} takes effect at the next start",
+            metrics.0, metrics.1
+        ));
+    }
     changes.extend(hooks.reload(new_hooks));
     changes
 }
