@@ -332,6 +332,43 @@ mod tests {
         assert_eq!(request_line(b"\xff\xfe"), None);
     }
 
+    #[test]
+    fn the_counters_follow_results_aborts_bests_and_drains() {
+        use crate::wire::{EvalResult, ResultClass};
+        let c = Counters::default();
+        let ev = |kind| Event {
+            seq: 1,
+            time_ms: 1,
+            goal: Some("g1".into()),
+            kind,
+        };
+        for class in [ResultClass::Ok, ResultClass::Ok, ResultClass::WrongResult] {
+            c.add(&ev(EventKind::EvaluationFinished {
+                iteration: 1,
+                candidate: "c".into(),
+                device: "cpu".into(),
+                result: EvalResult::failure(class, "", 0.1),
+            }));
+        }
+        c.add(&ev(EventKind::EvaluationAborted {
+            iteration: 2,
+            candidate: "c".into(),
+            device: "cpu".into(),
+            reason: "measured across a hardware fault".into(),
+        }));
+        for health in [Health::Drained, Health::Healthy] {
+            c.add(&ev(EventKind::DeviceHealth {
+                device: "GPU-0".into(),
+                health,
+                reason: None,
+            }));
+        }
+        let got = c.snapshot();
+        assert_eq!(got.evaluations["ok"], 2);
+        assert_eq!(got.evaluations["wrong_result"], 1);
+        assert_eq!((got.aborted, got.new_bests, got.drains), (1, 0, 1));
+    }
+
     #[tokio::test]
     async fn a_port_in_use_is_named_with_what_to_do() {
         let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
