@@ -350,7 +350,7 @@ def evaluate(req: dict, pool: Pool | None = None) -> dict:
             with phases("baseline"):
                 err = _probe_baseline(task, base_fn, shape, cpu)
             if err:
-                baseline_error = f"baseline {base_name!r} failed on shape {name}: {err}"
+                baseline_error = _baseline_failed(base_name, name, err, cpu)
                 bl = None
             secrets = _secret_seeds(rng, 5, avoid)
             with phases("transfers"):
@@ -362,6 +362,7 @@ def evaluate(req: dict, pool: Pool | None = None) -> dict:
             del cand_vars, base_vars
             c = res["candidate"]
             b = res["baseline"] or {"median_us": None, "spread_pct": None}
+            _require_samples(name, res, c, b if bl else None)
             sp = b["median_us"] / c["median_us"] if c["median_us"] and b["median_us"] else None
             row = {"shape": name, "median_us": _r(c["median_us"]), "spread_pct": _r(c["spread_pct"]),
                    "ci_pct": _r(c["ci_pct"]), "ci_low_us": _r(c.get("ci_low_us")), "ci_high_us": _r(c.get("ci_high_us")),
@@ -402,7 +403,8 @@ def evaluate(req: dict, pool: Pool | None = None) -> dict:
         geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
         modes = sorted({row["timing"] for row in shape_rows})
         ran["timing"] = modes[0] if len(modes) == 1 else None
-        return done(_result("ok", None, correct=True, speedup=_r(geo, 4), spread_pct=_r(max(spreads) if spreads else None),
+        # a CPU-mode baseline that failed (a library missing): timed without it, and said
+        return done(_result("ok", baseline_error, correct=True, speedup=_r(geo, 4), spread_pct=_r(max(spreads) if spreads else None),
                             shapes=shape_rows, checks=checks, profile=profile, device=devinfo,
                             baseline=base_name, config=config, baseline_error=baseline_error))
     except CheckFailure as e:
@@ -417,6 +419,20 @@ def evaluate(req: dict, pool: Pool | None = None) -> dict:
                             f"{e.message}", rule=None, checks=checks, fatal_runner=e.fatal))
     finally:
         sess.close()
+
+
+def _baseline_failed(base_name, shape_name, err, cpu) -> str:
+    """What a failed baseline means. In CPU mode (a library missing, say) the candidate is timed
+    alone and the message says so. On a GPU a speedup is what the night is for: without a
+    baseline no evaluation can win, so the evaluation fails with the reason, not the
+    candidate's (the daemon's circuit breaker pauses the goal), rather than spend the budget on
+    figures with no ratio."""
+    msg = f"baseline {base_name!r} failed on shape {shape_name}: {err}"
+    if not cpu:
+        raise CheckFailure("error", msg + " (the baseline runs in the judge, under its sandbox: `kernelctl "
+                           "version` shows the sandbox; kernels/harness/bench.py times it outside)",
+                           rule="baseline-failed")
+    return msg
 
 
 def _probe_baseline(task, fn, shape, cpu) -> str | None:
@@ -447,6 +463,19 @@ def _kernels(sess, task, timed, seeds, device, dtype):
     except RunnerDied as e:
         return [{"name": f"(kernel stats unavailable: {e.message})"}]
     return rep.kernels or []
+
+
+def _require_samples(name, res, cand, base):
+    """A side with no timing sample left has no figure: that is the machine's doing (every batch
+    throttled, or every call's launch leaked past the hold), never a figure of 0 or null."""
+    for side, st in (("candidate", cand), ("baseline", base)):
+        if st is not None and not st.get("median_us"):
+            raise CheckFailure(
+                "error", f"shape {name}: no timing sample of the {side} survived ({res['discarded']} discarded "
+                f"because the GPU throttled or its clock fell below 85 % of the run's highest, "
+                f"{res['leaked_samples']} leaked past the hold of {res['hold_us']} us; method {res.get('method')}): "
+                "check the GPU's clocks and throttle reasons (nvidia-smi -q -d PERFORMANCE) and re-time",
+                rule="timing-samples")
 
 
 def _r(x, nd=3):

@@ -67,6 +67,22 @@ goal_up() {   # $1 = a new folder: a GPU daemon there, its warm worker, mla.toml
   id=$($ctl enqueue kernels/mla/mla.toml)
 }
 
+# A run whose first evaluations all fail says so at once, not after ten minutes of device time
+# (seen: every evaluation refused by the sandbox, 251 of them). Needs pid, ctl, id.
+first_evals_ok() {
+  for _ in $(seq 60); do
+    n=$($ctl --json events "$id" 2>/dev/null | grep -c '"evaluation_finished"')
+    [ "$n" -ge 3 ] && break
+    sleep 3
+  done
+  if ! $ctl --json events "$id" 2>/dev/null | grep '"evaluation_finished"' | grep -qv '"class":"error"'; then
+    echo "the first evaluations all failed: the run stops here"
+    $ctl --json events "$id" | grep -m2 '"evaluation_finished"' | cut -c1-1500
+    $ctl --json events "$id" > "$OUT/events.jsonl"
+    kill -TERM "$pid"; return 1
+  fi
+}
+
 case "$STEP" in
 check)
   KERNELD_GPU_TESTS=1 timeout 300 "$PY" -m pytest -q -p no:cacheprovider \
@@ -92,18 +108,7 @@ start)
   printf 'W=%q\npid=%q\nid=%q\nt_enq=%q\n' "$W" "$pid" "$id" "$t_enq" > "$RUN_FILE"
   (nvidia-smi --query-gpu=timestamp,utilization.gpu,clocks.sm --format=csv,noheader -lms 1000 >> "$W/util.csv" 2>/dev/null &)
   $ctl version > "$OUT/version.txt" 2>&1
-  # A run whose first evaluations all fail says so at once, not after ten minutes of device time
-  # (seen: every evaluation refused by the sandbox, 251 of them).
-  for _ in $(seq 60); do
-    n=$($ctl --json events "$id" 2>/dev/null | grep -c '"evaluation_finished"')
-    [ "$n" -ge 4 ] && break
-    sleep 3
-  done
-  if ! $ctl --json events "$id" 2>/dev/null | grep '"evaluation_finished"' | grep -qv '"class":"error"'; then
-    echo "the first evaluations all failed: the run stops here"
-    $ctl --json events "$id" | grep -m2 '"evaluation_finished"' | cut -c1-1500
-    kill -TERM "$pid"; exit 1
-  fi
+  first_evals_ok || exit 1
   while [ "$(left)" -gt 15 ]; do sleep 5; done
   $ctl status
   $ctl show "$id" 2>&1 | head -30
@@ -137,6 +142,8 @@ retime)
   # a short run: the goal until its first best, then `retime best --times 8` on the idle goal
   W="$(mktemp -d /tmp/kdr.XXXX)"
   goal_up "$W"
+  $ctl version > "$OUT/version.txt" 2>&1
+  first_evals_ok || exit 1
   while [ "$(left)" -gt 130 ]; do
     $ctl --json events "$id" 2>/dev/null | grep -q '"new_best"' && break
     sleep 2

@@ -5,7 +5,8 @@
 //! or garbled the request (it could not read its input: `worker-refused`,
 //! `worker-protocol`, `worker-failed`), the runner could not start (the sandbox refused,
 //! Python failed: the harness's `runner-start`), the judge's own CUDA context was lost
-//! (`device-lost`). The candidate's own failures (rejections, compile errors, wrong
+//! (`device-lost`), the goal's baseline failed on the GPU (`baseline-failed`), no timing
+//! sample survived the machine (`timing-samples`). The candidate's own failures (rejections, compile errors, wrong
 //! results, its timeouts and crashes) count as before.
 //!
 //! `TRIP_AFTER` such failures in a row (one, after a trip, until a result shows the
@@ -33,6 +34,10 @@ pub(super) const WORKER_FAILED: &str = "worker-failed";
 pub(super) const DEVICE_LOST: &str = "device-lost";
 /// The harness's: the candidate's runner process did not start.
 const RUNNER_START: &str = "runner-start";
+/// The harness's, on a GPU: the goal's baseline failed in the judge (no speedup can be had).
+const BASELINE_FAILED: &str = "baseline-failed";
+/// The harness's: no timing sample survived (every batch throttled or leaked past the hold).
+const TIMING_SAMPLES: &str = "timing-samples";
 /// The most of a failure's message a pause reason quotes.
 const REASON_CHARS: usize = 600;
 
@@ -46,6 +51,8 @@ pub(super) fn not_the_candidates(r: &EvalResult) -> bool {
                 WORKER_FAILED,
                 DEVICE_LOST,
                 RUNNER_START,
+                BASELINE_FAILED,
+                TIMING_SAMPLES,
             ]
             .contains(&rule)
         })

@@ -445,7 +445,52 @@ async fn ask_raw<T: serde::de::DeserializeOwned>(
 ) -> Result<Result<worker::Reply<T>, String>, WorkerError> {
     let line = serde_json::to_value(req).expect("worker requests serialize");
     let v = w.call(line, timeout).await?;
-    Ok(serde_json::from_value(v).map_err(|e| e.to_string()))
+    Ok(<worker::Reply<T> as serde::Deserialize>::deserialize(&v).map_err(|e| unreadable(&v, &e)))
+}
+
+/// serde's message for a reply it cannot read, with where the reply holds nulls: a value
+/// parsed from a `Value` carries no position, and "invalid type: null, expected f64" alone
+/// sent an H200 run to guess which of forty fields it was.
+fn unreadable(v: &Value, e: &serde_json::Error) -> String {
+    fn walk(v: &Value, at: &mut String, out: &mut Vec<String>) {
+        let len = at.len();
+        match v {
+            Value::Null => out.push(if at.is_empty() {
+                "/".into()
+            } else {
+                at.clone()
+            }),
+            Value::Array(xs) => {
+                for (i, x) in xs.iter().enumerate() {
+                    at.push_str(&format!("/{i}"));
+                    walk(x, at, out);
+                    at.truncate(len);
+                }
+            }
+            Value::Object(m) => {
+                for (k, x) in m {
+                    at.push('/');
+                    at.push_str(k);
+                    walk(x, at, out);
+                    at.truncate(len);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut nulls = Vec::new();
+    walk(v, &mut String::new(), &mut nulls);
+    if nulls.is_empty() || !e.to_string().contains("null") {
+        return e.to_string();
+    }
+    let more = nulls.len().saturating_sub(12);
+    nulls.truncate(12);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!("{e} (nulls at {}{more})", nulls.join(", "))
 }
 
 /// `ask_raw`, with a refused or unreadable reply as one message.
@@ -458,4 +503,28 @@ async fn ask<T: serde::de::DeserializeOwned>(
         Ok(reply) => reply.into_body(),
         Err(e) => Err(format!("unreadable reply from the worker: {e}")),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreadable_reply_names_its_nulls() {
+        let v = json!({"id": 1, "ok": true, "result": {"class": "ok",
+            "shapes": [{"shape": "b1", "median_us": 20.0, "baseline_us": null}]}});
+        let e =
+            <worker::Reply<worker::Evaluated> as serde::Deserialize>::deserialize(&v).unwrap_err();
+        let msg = unreadable(&v, &e);
+        assert!(msg.contains("expected f64"), "{msg}");
+        assert!(
+            msg.contains("nulls at /result/shapes/0/baseline_us"),
+            "{msg}"
+        );
+        // another kind of error is left as serde said it
+        let v = json!({"id": 1, "ok": "yes"});
+        let e =
+            <worker::Reply<worker::Evaluated> as serde::Deserialize>::deserialize(&v).unwrap_err();
+        assert_eq!(unreadable(&v, &e), e.to_string());
+    }
 }

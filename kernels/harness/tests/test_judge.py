@@ -190,3 +190,23 @@ def test_describe_reads_literals_and_asks_a_runner_otherwise(tmp_path):
     assert r2["class"] == "ok", r2["message"]
     assert r2["space"] == r["space"]
     assert not [m for m in sys.modules if m.startswith("kerneld_cand_")]
+
+
+def test_a_side_without_timing_samples_is_an_error_not_a_null_figure():
+    """Every batch throttled (or leaked past the hold): the shape has no figure, and the judge
+    says why instead of replying null where the daemon reads a number."""
+    from harness import evaluate
+    res = {"discarded": 48, "leaked_samples": 0, "hold_us": 0.0, "method": "graph"}
+    with pytest.raises(evaluate.CheckFailure) as e:
+        evaluate._require_samples("b1_s8192", res, {"median_us": 21.0}, {"median_us": None})
+    assert e.value.cls == "error" and e.value.rule == "timing-samples"
+    assert "baseline" in e.value.message and "48 discarded" in e.value.message
+    evaluate._require_samples("b1_s8192", res, {"median_us": 21.0}, None)   # no baseline asked: fine
+
+
+def test_a_failed_baseline_stops_a_gpu_evaluation_and_is_said_on_a_cpu():
+    msg = ev._baseline_failed("torch_compile", "b1_s8192", "PermissionError: nope", cpu=True)
+    assert "torch_compile" in msg and "b1_s8192" in msg and "PermissionError" in msg
+    with pytest.raises(CheckFailure) as e:
+        ev._baseline_failed("torch_compile", "b1_s8192", "PermissionError: nope", cpu=False)
+    assert e.value.cls == "error" and e.value.rule == "baseline-failed" and "PermissionError" in e.value.message

@@ -67,7 +67,7 @@ res["v3"] = {
   "ab_run5": [x for x in r5ab["rows"] if x.get("stage") in ("check", "time", "pick")],
   "env_run4": clean_env(r4["env"]),
 }
-# v4 (seeds/chunked_v4.py): the next session's two calls (scripts/gpu/kda_s5_call1.sh: tune_v4.py's
+# v4 (seeds/chunked_v4.py): two planned calls (the retired scripts/gpu/kda_s5_call1.sh: tune_v4.py's
 # rows; kda_s5_call2.sh: bench.py's rows), folded in when their raw outputs are copied here
 s5 = {"sweep_s5_call1": "h200_s5_call1_v4.json", "bench_s5_call2": "h200_s5_call2_bench.json"}
 s5 = {k: Path(__file__).with_name(f) for k, f in s5.items()}
@@ -75,6 +75,11 @@ if any(p.exists() for p in s5.values()):
     res["v4"] = {"note": "tune_v4.py (call 1: every v4 variant, v3 BEST, FLA's CUDA graph) and bench.py "
                          "(call 2: full battery at seed 11, FLA baseline) on the H200",
                  **{k: json.loads(p.read_text()) for k, p in s5.items() if p.exists()}}
+# v5 (seeds/chunked_split.py): scripts/gpu/kda_bench.sh's $OUT/h200_v5.json (battery on v5 at every goal
+# and held-out shape, harness timing of v5 / v4 / FLA, the environment), copied here as h200_v5.json
+v5 = Path(__file__).with_name('h200_v5.json')
+if v5.exists():
+    res["v5"] = json.loads(v5.read_text())
 Path(__file__).with_name('h200.json').write_text(json.dumps(res, indent=1))
 print("| shape | impl | median µs | spread % | correct | rel-RMSE o | vs FLA as called | vs FLA graph | run |")
 print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | --- |")

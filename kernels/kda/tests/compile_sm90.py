@@ -22,15 +22,16 @@ HERE = Path(__file__).resolve().parent.parent
 SHAPE = dict(K=128, V=128)          # the goal shapes' head dims
 
 
-def _compile(fn, types: dict, constexprs: dict, num_warps: int, num_stages: int, **opts):
+def _compile(fn, types: dict, constexprs: dict, num_warps: int, num_stages: int, div16=(), **opts):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     sig = {n: ("constexpr" if n in constexprs else types.get(n, "i32")) for n in fn.arg_names}
-    # what the launcher specialises at run time: 16-byte aligned pointers
+    # what the launcher specialises at run time: 16-byte aligned pointers (and the integer
+    # arguments named in div16, multiples of 16 at the goal shapes)
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
-             if types.get(n, "").startswith("*")}
+             if types.get(n, "").startswith("*") or n in div16}
     return triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
                           target=GPUTarget("cuda", 90, 32),
                           options=dict(num_warps=num_warps, num_stages=num_stages, **opts))
@@ -189,6 +190,35 @@ def compile_v4(mod, cfg, scan=True):
     return rows
 
 
+def compile_v5(mod, cfg, scan=True):
+    """v5 (chunked_split.py): the preparation (C = 16: `_prep_c16`, else `_prep_stk`), the scan's
+    three passes (0: no split, 1: segments from zero / identity, 3: re-run from state_in) and the
+    combine; integers specialised as at the goal shapes (T, H, TP multiples of 16)."""
+    K, V = SHAPE["K"], SHAPE["V"]
+    ptr = {n: "*bf16" for n in ("q", "k", "v", "beta", "q_hat", "k_hat", "w", "u_til", "p_mat", "o")}
+    ptr.update({n: "*fp32" for n in ("g", "gamma", "s_in", "s_out", "seg_state", "state_in")})
+    ptr["scale"] = "fp32"
+    div = ("T", "H", "TP")
+    C = cfg["C"]
+    opts = {"maxnreg": cfg["MAXNREG"]} if cfg["MAXNREG"] else {}
+    ce = dict(K=K, V=V, BK=min(cfg["BK"], K), BVP=min(cfg["BVP"], V), INV_DOT=cfg["INV_DOT"])
+    if C == 16:
+        ck = _compile(mod._prep_c16, ptr, ce, cfg["PREP_WARPS"], 1, div, **opts)
+        rows = [_resources(ck, "v5._prep_c16")]
+    else:
+        ck = _compile(mod._prep_stk, ptr, dict(ce, C=C, LEVELS=C.bit_length() - 1), cfg["PREP_WARPS"], 1, div, **opts)
+        rows = [_resources(ck, f"v5._prep_stk(C={C})")]
+    if scan:
+        bv = min(cfg["BV"], V)
+        for p in (0, 1, 3):
+            ck = _compile(mod._scan, ptr, dict(K=K, V=V, C=C, BV=bv, PASS=p, HAS_H0=False, STAGES=cfg["SCAN_STAGES"]),
+                          cfg["SCAN_WARPS"], 1, div)
+            rows.append(_resources(ck, f"v5._scan(PASS={p})"))
+        ck = _compile(mod._combine, ptr, dict(K=K, V=V, BV=32, BJ=32), 4, 1)
+        rows.append(_resources(ck, "v5._combine"))
+    return rows
+
+
 def main():
     try:
         import triton.backends.nvidia  # noqa: F401
@@ -214,7 +244,9 @@ def main():
         cfg = dict(mod.BEST)
         cfg.update({k: v for k, v in over.items() if k in cfg})
         v2 = hasattr(mod, "_kda_prep_v2")
-        if hasattr(mod, "_kda_prep_v4"):
+        if hasattr(mod, "_prep_c16"):
+            rows = compile_v5(mod, cfg, scan=with_scan)
+        elif hasattr(mod, "_kda_prep_v4"):
             rows = compile_v4(mod, cfg, scan=with_scan)
         elif hasattr(mod, "_kda_prep_v3"):
             rows = compile_v3(mod, cfg)

@@ -63,7 +63,9 @@ def _ptx_features(ptx: str) -> dict:
         mma_sync=ptx.count("mma.sync"),
         ldmatrix=ptx.count("ldmatrix"),
         acquire_ld=ptx.count("ld.global.gpu.acquire") + ptx.count("ld.acquire.gpu"),   # spin barrier's acquire
-        acq_rel_atom=ptx.count("atom.global.gpu.acq_rel"),                          # the departure counter
+        acq_rel_atom=ptx.count("atom.global.gpu.acq_rel"),                          # departure / last-arrival
+        prefetch_bulk_l2=ptx.count("cp.async.bulk.prefetch.L2"),                      # v3 PF_DIST / v4 L2 prefetch
+        bar_sync=ptx.count("bar.sync"),
         prefetch_l2=ptx.count("prefetch.global.L2"),                                 # the tl core's TL_PF_TILES
     )
 
@@ -80,7 +82,8 @@ def main():
     spec.loader.exec_module(mod)
     mod._SM_COUNT[0] = 132                     # an H200
     dump = sys.argv[3] if len(sys.argv) > 3 else None
-    v3 = hasattr(mod, "_split_gluon")
+    v4 = hasattr(mod, "_mla_gluon")
+    v3 = v4 or hasattr(mod, "_split_gluon")
     v2 = v3 or hasattr(mod, "_mla_split_kv_v2")
     split_fn = mod._split_tl if v3 else mod._mla_split_kv_v2 if v2 else mod._mla_split_kv
     merge_fn = mod._merge if v3 else mod._mla_merge_v2 if v2 else mod._mla_merge
@@ -93,7 +96,7 @@ def main():
         types = {n: "*bf16" for n in ("q_ptr", "kv_ptr", "o_ptr")}
         types.update({n: "*fp32" for n in ("scale_ptr", "lse_ptr", "lsep_ptr")})
         types["op_ptr"] = pdt
-        types["cnt_ptr"] = "*i64" if P.get("EPOCH") else "*i32"
+        types["cnt_ptr"] = "*i64" if (P.get("EPOCH") or v4) else "*i32"
         ce = dict(DL=512, DR=64, BLOCK_H=P["BLOCK_H"], BLOCK_N=P["BLOCK_N"], BLOCK_DL=P["BLOCK_DL"],
                   BLOCK_DR=P["BLOCK_DR"], EVEN_N=(S % P["BLOCK_N"] == 0), MODE=P["mode"],
                   HC=P["HC"], DC=P["DC"], BLOCK_S=P["BLOCK_S"], TILE_FIRST=P.get("TILE_FIRST", False),
@@ -108,8 +111,9 @@ def main():
             bn = P["BLOCK_N"]
             types.update(kv_ptr="*bf16", q_desc_n=_tensordesc((64, 512)), q_desc_r=_tensordesc((64, 64)),
                          kv_desc_n=_tensordesc((bn, 512)), kv_desc_r=_tensordesc((bn, 64)))
-            ce.update(STAGES=P["stages"], P_SMEM=P["P_SMEM"], PF_DIST=P["PF_DIST"], COALESCE_O=P["COALESCE_O"], ML=P["ML"])
-            k = _compile(mod._split_gluon, types, ce, 8, 1, gluon=True)
+            ce.update(STAGES=P["stages"], P_SMEM=P.get("P_SMEM"), PF_DIST=P["PF_DIST"], COALESCE_O=P["COALESCE_O"],
+                      ML=P["ML"], LAZY_L=P.get("LAZY_L"))
+            k = _compile(mod._mla_gluon if v4 else mod._split_gluon, types, ce, 8, 1, gluon=True)
         else:
             k = _compile(split_fn, types, ce, P["num_warps"], P.get("stages", P.get("num_stages")))
         row = dict(B=B, S=S, H=H, config=case.get("config", {}), core=P.get("core", "tl"), mode=P["mode"], ns=P["ns"],

@@ -51,13 +51,15 @@ impl ResultClass {
 pub struct ShapeTiming {
     pub shape: String,
     pub median_us: f64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "zero_if_null")]
     pub spread_pct: f64,
-    #[serde(default)]
+    /// 0 when the shape has no baseline figure (a CPU-mode baseline that failed: the judge
+    /// times the candidate alone and sends null).
+    #[serde(default, deserialize_with = "zero_if_null")]
     pub baseline_us: f64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "zero_if_null")]
     pub baseline_spread_pct: f64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "zero_if_null")]
     pub speedup: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gbps: Option<f64>,
@@ -91,6 +93,12 @@ pub struct ShapeTiming {
     /// captured in a CUDA graph (...): timed as called").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing_note: Option<String>,
+}
+
+/// A figure the judge may send as null (no such figure): read as 0, the value an absent one
+/// takes.
+fn zero_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(0.0))
 }
 
 impl ShapeTiming {
@@ -278,5 +286,22 @@ impl EvalResult {
     /// Correct and timed: a candidate that may become the best.
     pub fn is_scored(&self) -> bool {
         self.class == ResultClass::Ok && self.correct && self.speedup.is_some_and(f64::is_finite)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shape_without_a_baseline_figure_reads() {
+        // a CPU-mode judge whose baseline failed: the candidate timed alone, nulls beside it
+        let v = serde_json::json!({"shape": "b1", "median_us": 20.5, "spread_pct": 1.5,
+            "baseline_us": null, "baseline_spread_pct": null, "speedup": null});
+        let t: ShapeTiming = serde_json::from_value(v).unwrap();
+        assert_eq!((t.median_us, t.baseline_us, t.speedup), (20.5, 0.0, 0.0));
+        // the candidate's own figure stays required
+        let v = serde_json::json!({"shape": "b1", "median_us": null});
+        assert!(serde_json::from_value::<ShapeTiming>(v).is_err());
     }
 }
