@@ -25,14 +25,10 @@ import task  # noqa: E402
 
 SEED = HERE / "seeds" / "chunked_v3.py"
 from kdacheck import (assert_matches, assert_space_declared, compile_sm90_rows, load_seed, run,  # noqa: E402
-                      static_violations)
+                      shape, static_violations)
 
 seed = load_seed(SEED.name)
 TOML = tomllib.loads((HERE / "task.toml").read_text())
-
-
-def shape(B=1, T=77, H=2, K=16, V=16, gate="mild", h0=False):
-    return dict(B=B, T=T, H=H, K=K, V=V, gate=gate, h0=h0)
 
 
 @pytest.mark.parametrize("gate", ["mild", "strong"])
