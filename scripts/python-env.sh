@@ -22,8 +22,15 @@ else
     # --no-cache-dir: a cache would keep a second copy of the wheels (torch's CUDA
     # dependencies make .venv 4.8 GB).
     "$_kerneld_root/.venv/bin/pip" install -q --disable-pip-version-check --no-cache-dir \
-        torch==2.11.0 triton==3.6.0 "numpy<2.3" pytest \
+        torch==2.11.0 triton==3.6.0 "numpy<2.3" pytest prometheus_client==0.26.0 \
         || { echo "error: installing torch/triton into .venv failed" >&2; exit 1; }
     KERNELD_PYTHON="$_kerneld_root/.venv/bin/python"
+fi
+# The metrics tests (tests/tests/metrics.rs) parse kerneld's /metrics with Prometheus's own
+# Python client: installed into the same Python when missing (a .venv made before it).
+if ! "$KERNELD_PYTHON" -c 'import prometheus_client' >/dev/null 2>&1; then
+    "$KERNELD_PYTHON" -m pip install -q --disable-pip-version-check --no-cache-dir \
+        prometheus_client==0.26.0 \
+        || { echo "error: installing prometheus_client into $KERNELD_PYTHON failed" >&2; exit 1; }
 fi
 export KERNELD_PYTHON

@@ -74,6 +74,11 @@ pub enum Command {
         /// If a goal of the same name is queued, running or paused, print its id instead (for cron)
         #[arg(long)]
         unique: bool,
+        /// Run only after GOAL (an id or a name) ends: GOAL or GOAL:completed waits for it to
+        /// complete and is cancelled if it fails or is cancelled (Slurm's afterok);
+        /// GOAL:any runs after any end (afterany). In place of the goal file's `after`
+        #[arg(long, value_name = "GOAL[:completed|:any]")]
+        after: Option<String>,
     },
     /// List the active goals and the newest finished ones (or one goal) with their progress
     Status {
@@ -136,7 +141,8 @@ pub enum Command {
         /// The goal's id or name
         goal: String,
     },
-    /// GPUs (evaluation slots): health, leases, work done
+    /// GPUs (evaluation slots): health, leases, work done; why a drained one is drained, and
+    /// each GPU's fault readings (Xid events, ECC counters, remapped rows, pending retirement)
     Gpus,
     /// Progress over time: a chart in the terminal, or with -o an SVG, PNG or HTML file
     Report {
@@ -146,6 +152,18 @@ pub enum Command {
         /// and the table of bests in one page); "-" writes the SVG to stdout
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
+    },
+    /// The lineage of a candidate (the best unless named): each step from its seed, with its
+    /// speedup and what changed (seed, config, the source's diff); with two candidates, what
+    /// changed from A to B. A candidate's parent is the goal's best when it was proposed
+    Diff {
+        /// The goal's id or name
+        goal: String,
+        /// A candidate id (or a unique prefix), or `best`
+        #[arg(default_value = "best")]
+        a: String,
+        /// A second candidate: the diff from A to it
+        b: Option<String>,
     },
     /// Re-time a candidate N times (each a fresh runner, interleaved with a freshly timed
     /// baseline) and print the stability: per-shape medians, the geomean speedup's CV, the

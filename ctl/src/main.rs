@@ -13,6 +13,7 @@ mod digest;
 mod failure;
 mod follow;
 mod fork;
+mod lineage;
 mod man;
 mod render;
 mod report;
@@ -114,7 +115,11 @@ fn usage_error(e: clap::Error) -> ExitCode {
 
 fn run(command: Command, ctx: &Ctx) -> Result<u8, Failure> {
     match command {
-        Command::Enqueue { file, unique } => enqueue(ctx, &file, unique),
+        Command::Enqueue {
+            file,
+            unique,
+            after,
+        } => enqueue(ctx, &file, unique, after),
         Command::Status { goal, all } => status(ctx, goal, all),
         Command::Show { goal } => show(ctx, goal),
         Command::Watch { goal } => follow::watch(ctx, goal),
@@ -139,6 +144,7 @@ fn run(command: Command, ctx: &Ctx) -> Result<u8, Failure> {
         Command::Context { goal } => context(ctx, goal),
         Command::Gpus => gpus(ctx),
         Command::Report { goal, output } => follow::report(ctx, goal, output.as_deref()),
+        Command::Diff { goal, a, b } => lineage::diff(ctx, &goal, &a, b.as_deref()),
         Command::Retime {
             goal,
             candidate,
@@ -267,7 +273,7 @@ fn answer<T: DeserializeOwned>(
 // Commands
 // ---------------------------------------------------------------------------
 
-fn enqueue(ctx: &Ctx, file: &Path, unique: bool) -> Result<u8, Failure> {
+fn enqueue(ctx: &Ctx, file: &Path, unique: bool, after: Option<String>) -> Result<u8, Failure> {
     // Checked before it is read: a FIFO, /dev/zero or a huge file is refused, not read.
     let limit = kerneld_protocol::limits::GOAL_FILE_BYTES;
     let source = kerneld_protocol::userfile::read_regular(file, limit)
@@ -280,6 +286,7 @@ fn enqueue(ctx: &Ctx, file: &Path, unique: bool) -> Result<u8, Failure> {
     let files =
         kerneld_protocol::seeds::local_seed_files(&path, &source).map_err(Failure::Failed)?;
     let params = EnqueueParams {
+        after,
         path: path.to_string_lossy().into_owned(),
         source,
         unique,

@@ -77,6 +77,11 @@ pub struct Config {
     /// How long a goal the circuit breaker paused waits before it is tried again (doubled
     /// at each trip in a row, up to `MAX_BREAKER_BACKOFF`; engine/breaker.rs).
     pub breaker_backoff: Duration,
+    /// `[[hooks]]`: commands run on chosen events (issue #29, daemon/src/hooks).
+    pub hooks: Vec<crate::hooks::HookConfig>,
+    /// `metrics_listen`: the Prometheus endpoint's address or unix socket (issue #29,
+    /// daemon/src/metrics); None: no endpoint.
+    pub metrics_listen: Option<crate::metrics::Listen>,
 }
 
 /// The longest wait between the circuit breaker's tries (unless `breaker_backoff` is longer).
@@ -154,6 +159,8 @@ struct RawConfig {
     max_active_goals: Option<usize>,
     max_active_goals_per_user: Option<usize>,
     breaker_backoff: Option<String>,
+    hooks: Option<Vec<crate::hooks::RawHook>>,
+    metrics_listen: Option<String>,
 }
 
 impl Config {
@@ -186,7 +193,28 @@ impl Config {
             max_active_goals: DEFAULT_MAX_ACTIVE_GOALS,
             max_active_goals_per_user: DEFAULT_MAX_ACTIVE_GOALS_PER_USER,
             breaker_backoff: Duration::from_secs(300),
+            hooks: Vec::new(),
+            metrics_listen: None,
         }
+    }
+
+    /// kerneld.toml's operations keys (issue #29): `[[hooks]]` and `metrics_listen`.
+    fn merge_ops(
+        &mut self,
+        file: &Path,
+        text: &str,
+        hooks: Option<Vec<crate::hooks::RawHook>>,
+        metrics_listen: Option<String>,
+    ) -> Result<(), String> {
+        if let Some(v) = hooks {
+            self.hooks = crate::hooks::from_raw(&file.display().to_string(), text, v)?;
+        }
+        if let Some(v) = metrics_listen {
+            let listen = crate::metrics::Listen::parse(&v)
+                .map_err(|m| format!("{}: {m}", file.display()))?;
+            self.metrics_listen = Some(listen);
+        }
+        Ok(())
     }
 
     /// Applies a `kerneld.toml` on top of `self`.
@@ -314,6 +342,7 @@ impl Config {
         if let Some(v) = raw.sandbox_unix_sockets {
             sb.unix_sockets = v;
         }
+        self.merge_ops(file, &text, raw.hooks, raw.metrics_listen)?;
         if let Some(v) = raw.command_env {
             self.command_env = v;
         }

@@ -8,12 +8,15 @@ pub(crate) mod admission;
 pub(crate) mod agent;
 pub(crate) mod audit;
 pub(crate) mod candidate;
+pub(crate) mod chains;
 pub mod config;
 pub(crate) mod context;
 pub(crate) mod engine;
 pub mod goal;
 pub mod gpu;
 pub(crate) mod harness;
+pub mod hooks;
+pub mod metrics;
 pub(crate) mod noise;
 pub(crate) mod projection;
 pub(crate) mod reconfigure;
@@ -102,9 +105,42 @@ pub async fn run_with(
             tracing::info!("devices: {}", names.join(", "));
         }
     }
+    // Known only before this start records its own `daemon_started`.
+    let unclean = startup::unclean_stop(&store).await?;
+    // Bound before anything is written: an address in use stops the start, losing nothing.
+    let metrics = match &config.metrics_listen {
+        Some(l) => Some(
+            metrics::Endpoint::bind(l)
+                .await
+                .map_err(anyhow::Error::msg)?,
+        ),
+        None => None,
+    };
+    let hooks = hooks::Hooks::start(config.hooks.clone(), hook_context(&config, &store));
     let start = engine::Engine::start(config.clone(), store, devices, shutdown.child_token());
     let engine = startup::open_log(&db, start).await?;
     engine.set_on_tick(opts.on_tick);
+    // Hooks follow what the engine commits (issue #29): they can never hold it up.
+    let stop_hooks = CancellationToken::new();
+    tokio::spawn(hooks::follow(
+        hooks.clone(),
+        engine.subscribe(),
+        stop_hooks.clone(),
+    ));
+    tokio::spawn(chains::follow(
+        engine.clone(),
+        engine.subscribe(),
+        stop_hooks.clone(),
+    ));
+    if let Some(last) = unclean {
+        let ev = hooks::HookEvent::daemon_restarted(&last, store::now_ms());
+        tracing::warn!("{}", ev.reason.as_deref().unwrap_or_default());
+        hooks.fire(ev);
+    }
+    let stop_metrics = CancellationToken::new();
+    if let Some(m) = metrics {
+        tokio::spawn(m.serve(engine.clone(), hooks.clone(), stop_metrics.clone()));
+    }
     let listener = rpc::bind(&config.socket).await?;
     tracing::info!(socket = %config.socket.display(), state = %config.state_dir.display(), "kerneld ready");
 
@@ -118,6 +154,7 @@ pub async fn run_with(
     if let Some((rebuild, hup)) = opts.reconfigure {
         tokio::spawn(reconfigure::run(
             engine.clone(),
+            hooks.clone(),
             rebuild,
             hup,
             shutdown.clone(),
@@ -139,10 +176,47 @@ pub async fn run_with(
         let _ = s.await;
     }
     let _ = std::fs::remove_file(&config.socket);
+    // What the last moments committed still reaches its hooks, within a few seconds.
+    hooks.close(HOOKS_AT_STOP).await;
+    stop_hooks.cancel();
+    stop_metrics.cancel();
     if let Some(why) = fatal {
         // The log cannot take the stop record either; the restart reopens it.
         return Err(anyhow::anyhow!(why));
     }
     engine.record_stop("shutdown requested").await?;
     Ok(())
+}
+
+/// How long a stop waits for hooks still running or queued.
+const HOOKS_AT_STOP: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What hooks are told besides their event; goals are read from the store when one runs.
+fn hook_context(config: &Config, store: &Arc<store::Store>) -> hooks::Context {
+    let store = store.clone();
+    hooks::Context {
+        host: nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "localhost".into()),
+        socket: config.socket.clone(),
+        lookup: Arc::new(move |id: &str| {
+            let g = store.goal(id).ok()??;
+            let owner = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(g.owner_uid))
+                .ok()
+                .flatten()
+                .map(|u| u.name);
+            Some(hooks::GoalInfo {
+                id: g.id,
+                name: g.spec.name,
+                owner_uid: g.owner_uid,
+                owner,
+                task: g.spec.task,
+                state: g.state,
+                iteration: g.iteration,
+                best_speedup: g.best.as_ref().map(|b| b.speedup),
+                best_iteration: g.best.as_ref().map(|b| b.iteration),
+                notify: g.spec.notify,
+            })
+        }),
+    }
 }

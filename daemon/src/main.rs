@@ -16,7 +16,14 @@ use kerneld::{paths, Config, RunOptions};
 #[command(
     name = "kerneld",
     version,
-    about = "Runs GPU-kernel optimization goals; control it with kernelctl."
+    about = "Runs GPU-kernel optimization goals; control it with kernelctl.",
+    after_long_help = "Operations (kerneld.toml; docs/OPERATIONS.md): `metrics_listen = \"127.0.0.1:9464\"` \
+        (or a unix socket path) serves Prometheus text at /metrics, read-only; `[[hooks]]` run a \
+        command as kerneld's user, with a cleared environment and the event as JSON on stdin, on \
+        goal_finished, goal_failed, goal_cancelled, new_best, gpu_unhealthy, daemon_restarted and \
+        more. Every health check reads each GPU's Xid events, ECC counters and remapped rows \
+        through NVML: a GPU with a new fault is drained and its evaluation in flight runs again on \
+        a healthy one (`kerneld gpu-health` reads them on demand)."
 )]
 struct Cli {
     /// Configuration file (default: /etc/kerneld/kerneld.toml when it exists).
@@ -67,6 +74,18 @@ enum DaemonCommand {
     /// must be stopped. Exit 0: no problems; 1: problems found (listed); 2: no log, or
     /// it cannot be opened (in use, unreadable).
     Check,
+    /// Print this machine's GPUs' fault readings through NVML: critical Xid events (seen
+    /// while it waits), ECC error counters, remapped rows, retired and pending pages, the
+    /// readings kerneld's health check judges (a GPU with a new fault is drained). Exit 0:
+    /// every GPU clean; 1: one is not (what, is said); 2: no NVML or no GPU.
+    GpuHealth {
+        /// How long to listen for Xid events before reading, e.g. "10s"
+        #[arg(long, default_value = "2s", value_name = "DURATION")]
+        wait: String,
+        /// Print the readings as JSON
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// The configuration file and --state-dir applied, nothing else (for `kerneld check`).
@@ -197,6 +216,9 @@ fn main() -> ExitCode {
     if let Some(DaemonCommand::Check) = cli.command {
         return check(&cli);
     }
+    if let Some(DaemonCommand::GpuHealth { wait, json }) = &cli.command {
+        return gpu_health(&cli, wait, *json);
+    }
     let cfg = match build_config(&cli) {
         Ok(c) => c,
         Err(e) => {
@@ -319,6 +341,40 @@ fn check(cli: &Cli) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `kerneld gpu-health`: the GPUs kerneld would use (kerneld.toml's `gpus`), read through
+/// the same NVML layer as the daemon's health check.
+fn gpu_health(cli: &Cli, wait: &str, json: bool) -> ExitCode {
+    let allow = match config_file(cli)
+        .map(|f| Config::new(PathBuf::new(), PathBuf::new()).merge_file(&f))
+    {
+        Some(Err(e)) => {
+            eprintln!("kerneld: {e}");
+            return ExitCode::from(2);
+        }
+        Some(Ok(cfg)) => cfg.gpu_allow,
+        None => Vec::new(),
+    };
+    let wait = match kerneld::goal::parse_duration(wait) {
+        Ok(s) => Duration::from_secs(s),
+        Err(m) => {
+            eprintln!("kerneld gpu-health: --wait {wait}: {m}");
+            return ExitCode::from(2);
+        }
+    };
+    let layer = match kerneld::gpu::NvmlLayer::discover(&allow) {
+        Ok(l) => l,
+        Err(why) => {
+            eprintln!("kerneld gpu-health: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    // Xid events are only seen while an event set waits: give them the time asked for.
+    std::thread::sleep(wait);
+    let (text, code) = kerneld::gpu::check::report(&layer, json);
+    print!("{text}");
+    ExitCode::from(code)
 }
 
 /// `kerneld man`: the page from this very definition (clap_mangen), to stdout or DIR/kerneld.1.

@@ -580,6 +580,8 @@ pub(crate) fn test_spec(seed_source: &str) -> GoalSpec {
             priority: 0,
         },
         timing: None,
+        notify: Vec::new(),
+        after: None,
     }
 }
 

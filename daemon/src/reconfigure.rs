@@ -12,11 +12,39 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::engine::Engine;
+use crate::hooks::Hooks;
+
+/// A re-read configuration to everyone who keeps part of it: the engine, the hooks
+/// (which take effect for the next event). Returns what changed, for the log.
+fn apply(engine: &Engine, hooks: &Hooks, cfg: Config) -> Vec<String> {
+    let new_hooks = cfg.hooks.clone();
+    // The endpoint is bound once, at start: a change waits for the next one.
+    let listen = |l: &Option<crate::metrics::Listen>| l.as_ref().map(ToString::to_string);
+    let metrics = (
+        listen(&engine.config().metrics_listen),
+        listen(&cfg.metrics_listen),
+    );
+    let mut changes = engine.reload(cfg);
+    if metrics.0 != metrics.1 {
+        changes.push(format!(
+            "metrics_listen {:?} → {:?} takes effect at the next start",
+            metrics.0, metrics.1
+        ));
+    }
+    changes.extend(hooks.reload(new_hooks));
+    changes
+}
 
 /// Builds the configuration again, the way the daemon was started (file + command line).
 pub type Rebuild = Box<dyn Fn() -> Result<Config, String> + Send + Sync>;
 
-pub async fn run(engine: Arc<Engine>, rebuild: Rebuild, hup: Arc<Notify>, stop: CancellationToken) {
+pub async fn run(
+    engine: Arc<Engine>,
+    hooks: Arc<Hooks>,
+    rebuild: Rebuild,
+    hup: Arc<Notify>,
+    stop: CancellationToken,
+) {
     let file: Option<PathBuf> = engine.config().config_file.clone();
     let (tx, mut changed) = tokio::sync::mpsc::unbounded_channel::<()>();
     // Kept alive for the whole loop; None when there is no file or it cannot be watched.
@@ -50,7 +78,7 @@ pub async fn run(engine: Arc<Engine>, rebuild: Rebuild, hup: Arc<Notify>, stop: 
     // event (seen in CI under load): read it once more now that changes are watched.
     if _watcher.is_some() {
         if let Ok(cfg) = rebuild() {
-            let changes = engine.reload(cfg);
+            let changes = apply(&engine, &hooks, cfg);
             if !changes.is_empty() {
                 tracing::info!(
                     "the configuration file changed while kerneld started: configuration reloaded: {}",
@@ -76,7 +104,7 @@ pub async fn run(engine: Arc<Engine>, rebuild: Rebuild, hup: Arc<Notify>, stop: 
         let _ = sd_notify::notify(false, &reloading);
         match rebuild() {
             Ok(cfg) => {
-                let changes = engine.reload(cfg);
+                let changes = apply(&engine, &hooks, cfg);
                 if changes.is_empty() {
                     tracing::info!("{why}: configuration reloaded, nothing changed");
                 } else {

@@ -148,6 +148,7 @@ impl Spool {
             }
             Submission::Goal { source, owner } => {
                 let params = EnqueueParams {
+                    after: None,
                     path: path.display().to_string(),
                     source,
                     unique: true,

@@ -15,7 +15,10 @@ use std::sync::Mutex;
 
 use futures::FutureExt;
 
+use std::sync::Arc;
+
 use crate::store::{self, StoreError};
+use crate::wire::{Event, EventKind};
 
 /// Windows open now (the log is being opened or replayed).
 static OPEN_WINDOWS: AtomicUsize = AtomicUsize::new(0);
@@ -132,6 +135,17 @@ pub async fn open_log<T>(
     }
 }
 
+/// The log's last event when the daemon before this one stopped without recording its
+/// stop (a crash, a SIGKILL, a power cut): read before this start records its own
+/// `daemon_started`. None for a new log and after a clean stop.
+pub async fn unclean_stop(store: &Arc<store::Store>) -> anyhow::Result<Option<Event>> {
+    let s = store.clone();
+    let last = tokio::task::spawn_blocking(move || s.last_events(None, 1))
+        .await??
+        .pop();
+    Ok(last.filter(|e| !matches!(e.kind, EventKind::DaemonStopped { .. })))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,5 +190,35 @@ mod tests {
         let other: anyhow::Result<()> =
             open_log(path, async { Err(anyhow::anyhow!("squeue failed")) }).await;
         assert_eq!(other.unwrap_err().to_string(), "squeue failed");
+    }
+
+    #[tokio::test]
+    async fn a_log_that_does_not_end_with_a_stop_was_left_by_a_crash() {
+        let db = std::env::temp_dir().join(format!("kd-unclean-{}.redb", std::process::id()));
+        let _ = std::fs::remove_file(&db);
+        let store = Arc::new(store::Store::open(&db).unwrap());
+        assert!(unclean_stop(&store).await.unwrap().is_none(), "a new log");
+        let started = EventKind::DaemonStarted {
+            version: "0".into(),
+            pid: 1,
+            mode: "cpu".into(),
+        };
+        store
+            .append(vec![store::NewEvent::daemon(started)])
+            .unwrap();
+        let last = unclean_stop(&store).await.unwrap().unwrap();
+        assert_eq!(last.seq, 1);
+        let stopped = EventKind::DaemonStopped {
+            reason: "shutdown requested".into(),
+        };
+        store
+            .append(vec![store::NewEvent::daemon(stopped)])
+            .unwrap();
+        assert!(
+            unclean_stop(&store).await.unwrap().is_none(),
+            "a clean stop"
+        );
+        drop(store);
+        let _ = std::fs::remove_file(&db);
     }
 }

@@ -4,6 +4,7 @@
 //! terminal; colour is applied through a `Paint` (term.rs decides when it is on).
 
 mod events;
+mod gpu;
 mod phases;
 mod show;
 
@@ -403,6 +404,8 @@ pub fn gpus(result: &GpusResult, now_ms: u64, paint: Paint) -> String {
         headers.push("SLURM JOB");
     }
     out.push_str(&table(&headers, &rows, paint));
+    out.push_str(&gpu::why_drained(result, paint));
+    out.push_str(&gpu::all_readings(result));
     if let Some(sb) = &result.sandbox {
         out.push_str(&sandbox(sb, paint));
     }
@@ -639,6 +642,7 @@ mod tests {
                 evaluations: 5,
                 busy_s: 75.0,
                 slurm: None,
+                readings: None,
             }],
             sandbox: None,
         };
@@ -675,6 +679,7 @@ mod tests {
             evaluations: 0,
             busy_s: 0.0,
             slurm,
+            readings: None,
         };
         let result = GpusResult {
             mode: "gpu".into(),

@@ -318,6 +318,8 @@ mod tests {
                     priority: 0,
                 },
                 timing: Some(kerneld_protocol::wire::TimingMethod::Gpu),
+                notify: Vec::new(),
+                after: None,
             },
             recent: vec![EvaluationRecord {
                 iteration: 1,

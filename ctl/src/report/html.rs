@@ -25,6 +25,8 @@ table {{ border-collapse: collapse; margin-top: 1em; }}
 th, td {{ padding: 0.25em 0.8em; border-bottom: 1px solid #e6e6e6; }}
 th {{ text-align: left; }}
 td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
+pre.diff {{ background: #f7f7f7; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }}
+pre.diff .add {{ color: #1a7f37; }} pre.diff .del {{ color: #cf222e; }} pre.diff .hunk {{ color: #8250df; }}
 code {{ font-size: 0.95em; }}
 </style>
 </head>
@@ -39,6 +41,7 @@ code {{ font-size: 0.95em; }}
     }
     s.push_str(&svg(p));
     s.push_str(&bests_table(p));
+    s.push_str(&lineage(p));
     let failures = p.failure_breakdown();
     if !failures.is_empty() {
         let _ = writeln!(s, "<p>Failed evaluations: {}.</p>", esc(&failures));
@@ -93,6 +96,53 @@ fn bests_table(p: &Progress) -> String {
     s
 }
 
+/// The best's lineage (issue #29): each step from its seed, its speedup, what changed, and
+/// the source's diff (open by default, so a printed or captured page shows it).
+fn lineage(p: &Progress) -> String {
+    if p.lineage.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from("<h2>Lineage of the best</h2>\n<p>Each candidate descends from the goal's best when it was proposed (what its agent was given); the first from its seed.</p>\n");
+    let _ = writeln!(
+        s,
+        "<table class=\"lineage\">\n<tr><th>iteration</th><th>candidate</th><th>agent</th><th>speedup</th><th>what changed</th></tr>"
+    );
+    for step in &p.lineage {
+        let _ = writeln!(
+            s,
+            r#"<tr><td class="num">{}</td><td><code>{}</code></td><td>{}</td><td class="num">{}</td><td>{}</td></tr>"#,
+            step.iteration,
+            esc(&render::short_id(&step.candidate)),
+            esc(&step.agent),
+            esc(&step.speedup.map_or("-".into(), render::speedup)),
+            esc(&step.changes.join("; "))
+        );
+        if let Some(d) = &step.diff {
+            let _ = writeln!(s, "<tr><td></td><td colspan=\"4\"><details open><summary>source diff</summary><pre class=\"diff\">{}</pre></details></td></tr>", diff_html(d));
+        }
+    }
+    s.push_str("</table>\n");
+    s
+}
+
+fn diff_html(d: &str) -> String {
+    d.lines()
+        .map(|l| {
+            let class = match l.chars().next() {
+                Some('+') if !l.starts_with("+++") => "add",
+                Some('-') if !l.starts_with("---") => "del",
+                Some('@') => "hunk",
+                _ => "",
+            };
+            match class {
+                "" => esc(l),
+                c => format!("<span class=\"{c}\">{}</span>", esc(l)),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,5 +165,23 @@ mod tests {
         assert!(table.contains("<th>speedup (GPU time)</th>"), "{table}");
         assert!(html.contains("kernelctl best g -o best.py"));
         assert!(html.trim_end().ends_with("</html>"));
+    }
+
+    #[test]
+    fn the_page_shows_the_bests_lineage_with_each_steps_diff() {
+        let events = crate::lineage::tests::events();
+        let p = Progress::from_events("g1", &events);
+        let html = page(&p);
+        let lineage = html.split("<h2>Lineage of the best</h2>").nth(1).unwrap();
+        assert_eq!(
+            lineage.matches("<tr><td class=\"num\">").count(),
+            3,
+            "{lineage}"
+        );
+        assert!(lineage.contains("BLOCK: 32 → 64"), "{lineage}");
+        assert!(
+            lineage.contains("<span class=\"add\">+    return 2</span>"),
+            "{lineage}"
+        );
     }
 }

@@ -110,6 +110,8 @@ pub struct Progress {
     pub best: Vec<Step>,
     /// Correct evaluations over 10x, with why they are flagged (confirmed by a re-time or not).
     pub flags: Vec<crate::retime::Flagged>,
+    /// The best's lineage (issue #29): each step from its seed, its speedup and what changed.
+    pub lineage: Vec<crate::lineage::Step>,
 }
 
 impl Progress {
@@ -125,6 +127,7 @@ impl Progress {
             points: Vec::new(),
             best: Vec::new(),
             flags: Vec::new(),
+            lineage: Vec::new(),
         };
         let mut announced = Vec::new();
         let mut labels: Vec<&'static str> = Vec::new();
@@ -155,6 +158,10 @@ impl Progress {
         };
         p.best = rising(steps);
         p.flags = crate::retime::flagged(&p.points, events);
+        let tree = crate::lineage::Tree::from_events(events);
+        if let Ok(best) = tree.find("best") {
+            p.lineage = crate::lineage::steps(&tree, best);
+        }
         p
     }
 

@@ -103,7 +103,9 @@ impl Engine {
                         GoalState::Completed => owed,
                         _ => false,
                     };
-                    runnable && g.not_before.is_none_or(|t| t <= now)
+                    runnable
+                        && g.not_before.is_none_or(|t| t <= now)
+                        && super::ops::chain_waits(&st, g).is_none()
                 })
                 .map(|g| Contender {
                     goal: g.proj.id.clone(),

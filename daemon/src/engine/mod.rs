@@ -27,6 +27,7 @@ mod breaker;
 mod caps;
 mod dispatch;
 mod evaluation;
+mod faults;
 mod history;
 mod iteration;
 pub(crate) mod ops;

@@ -188,6 +188,9 @@ impl Engine {
                     s.health_reason = None;
                 }
             }
+            if now_health == Health::Drained {
+                self.on_drained(i, &uuid, &reading); // issue #29: a sick GPU cannot judge
+            }
             if let Err(e) = self
                 .commit(vec![NewEvent::daemon(EventKind::DeviceHealth {
                     device: uuid,

@@ -46,6 +46,9 @@ fn why(st: &State, rt: &GoalRt) -> Option<String> {
     if !matches!(rt.proj.state, GoalState::Queued | GoalState::Running) || !rt.leases.is_empty() {
         return None;
     }
+    if let Some(w) = super::ops::chain_waits(st, rt) {
+        return Some(w);
+    }
     let now = Instant::now();
     if let (Some(t), Some(w)) = (rt.not_before, &rt.waiting) {
         if t > now {

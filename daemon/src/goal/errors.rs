@@ -83,6 +83,8 @@ const TYPES: &[(&str, Want)] = &[
     ("shapes", Want::StrList),
     ("timing", Want::Str),
     ("seed", Want::StrOrList),
+    ("notify", Want::StrList),
+    ("after", Want::Str),
     ("budget", Want::Table),
     ("budget.wall", Want::Str),
     ("budget.iterations", Want::Int),

@@ -414,6 +414,13 @@ pub fn parse(
         }
     };
 
+    let notify = parse_notify(&cx, raw.notify.as_ref())?;
+    let after = raw
+        .after
+        .as_ref()
+        .map(|a| wire::Chain::parse(a.get_ref()).map_err(|m| cx.err(a.span(), m)))
+        .transpose()?;
+
     let spec = GoalSpec {
         name,
         task: task.manifest.name.clone(),
@@ -427,6 +434,8 @@ pub fn parse(
         agent,
         resources: Resources { gpus, priority },
         timing: Some(timing),
+        notify,
+        after,
     };
     // The goal as it will be stored: whatever the file's fields and seeds, the first event
     // of the goal stays far below a reply line.
@@ -434,6 +443,45 @@ pub fn parse(
     limits::goal_stored(stored).map_err(|m| cx.err(0..0, m))?;
     Ok(spec)
 }
+
+/// `notify`: hook names, each once. Whether kerneld.toml has a `per_goal` hook of each
+/// name is checked where the configuration is known (`hooks::Hooks::check_notify`).
+fn parse_notify(
+    cx: &Ctx<'_>,
+    raw: Option<&toml::Spanned<Vec<String>>>,
+) -> Result<Vec<String>, GoalError> {
+    let Some(n) = raw else {
+        return Ok(Vec::new());
+    };
+    if n.get_ref().len() > MAX_NOTIFY {
+        return Err(cx.err(
+            n.span(),
+            format!("`notify` names at most {MAX_NOTIFY} hooks"),
+        ));
+    }
+    for (i, name) in n.get_ref().iter().enumerate() {
+        if !crate::hooks::valid_name(name) {
+            return Err(cx.err(
+                n.span(),
+                format!(
+                    "`notify`: `{}` is not a hook name (letters, digits, '-' and '_'; the \
+                     names of kerneld.toml's [[hooks]] with per_goal = true)",
+                    wire::quote(name)
+                ),
+            ));
+        }
+        if n.get_ref()[..i].contains(name) {
+            return Err(cx.err(
+                n.span(),
+                format!("`notify` names hook `{name}` twice: name each once"),
+            ));
+        }
+    }
+    Ok(n.get_ref().clone())
+}
+
+/// Hooks one goal may select: a few (each runs on every event of the goal it listens to).
+const MAX_NOTIFY: usize = 8;
 
 /// True for `g` followed by digits only: the form of goal ids.
 fn looks_like_id(name: &str) -> bool {

@@ -17,6 +17,10 @@ pub(super) struct RawGoal {
     pub(super) shapes: Option<Spanned<Vec<String>>>,
     pub(super) timing: Option<Spanned<String>>,
     pub(super) seed: Option<Spanned<OneOrMany>>,
+    /// Per-goal hooks (issue #29): names of kerneld.toml's `per_goal` hooks.
+    pub(super) notify: Option<Spanned<Vec<String>>>,
+    /// A chain (issue #29): GOAL[:completed|:any].
+    pub(super) after: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) budget: RawBudget,
     #[serde(default)]

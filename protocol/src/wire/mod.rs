@@ -34,16 +34,20 @@ pub fn quote_at(text: &str, shown: usize) -> String {
     }
 }
 
+mod chain;
 mod events;
 mod fork;
+mod gpu;
 mod measure;
 mod params;
 mod results;
 mod retime;
 mod spec;
 
+pub use chain::*;
 pub use events::*;
 pub use fork::*;
+pub use gpu::*;
 pub use measure::*;
 pub use params::*;
 pub use results::*;

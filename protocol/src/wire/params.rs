@@ -20,6 +20,10 @@ pub struct EnqueueParams {
     /// tasks. A seed found in the task's directory is taken from there instead.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub files: std::collections::BTreeMap<String, String>,
+    /// `kernelctl enqueue --after GOAL[:completed|:any]` (issue #29): the goal waits for
+    /// another to end; in place of the file's own `after`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -387,6 +391,11 @@ pub struct GpuStatus {
     /// A Slurm slot's job (None for local devices, and for a Slurm slot holding none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmJobStatus>,
+    /// Its fault readings (Xid events, ECC counters, remapped rows, retired and pending
+    /// pages) with the faults new since kerneld started (issue #29); absent for the CPU
+    /// slot and from daemons before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readings: Option<super::GpuReadings>,
 }
 
 /// The Slurm job behind a slot, as `kernelctl gpus` shows it.

@@ -21,6 +21,18 @@ pub enum ResultClass {
 }
 
 impl ResultClass {
+    /// Every class, in the order the metrics list them.
+    pub const ALL: [ResultClass; 8] = [
+        ResultClass::Ok,
+        ResultClass::Rejected,
+        ResultClass::CompileError,
+        ResultClass::WrongResult,
+        ResultClass::Error,
+        ResultClass::Crashed,
+        ResultClass::TimedOut,
+        ResultClass::Quarantined,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ResultClass::Ok => "ok",

@@ -26,6 +26,13 @@ pub struct GoalSpec {
     /// default applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing: Option<super::TimingMethod>,
+    /// Hooks this goal's events also run (issue #29): names of kerneld.toml's `[[hooks]]`
+    /// entries marked `per_goal = true` (e.g. `notify = ["mail"]`). Absent before it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notify: Vec<String>,
+    /// Another goal this one waits for before it runs (issue #29, `--after`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<super::Chain>,
 }
 
 impl GoalSpec {

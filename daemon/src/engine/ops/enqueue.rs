@@ -79,6 +79,7 @@ impl Engine {
         .await
         .map_err(internal)?
         .map_err(|e| rpc_err(code::INVALID_GOAL, e.to_string()))?;
+        let spec = self.chain_at_enqueue(spec, params.after, uid)?; // issue #29
         self.sandbox()
             .await
             .admit(spec.agent.kind().as_str(), sent_seeds)

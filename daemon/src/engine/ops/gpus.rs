@@ -24,8 +24,11 @@ impl Engine {
                 busy_s: (s.busy + s.leased_at.map_or(Duration::ZERO, |t| t.elapsed()))
                     .as_secs_f64(),
                 slurm: self.slurm_status(i), // HOOK(slurm)
+                readings: None,
             })
-            .collect();
+            .collect::<Vec<_>>();
+        drop(st);
+        let devices = crate::gpu::with_readings(self.devices.as_ref(), devices);
         GpusResult {
             mode: self.devices.mode().into(),
             note: self.devices.note(),

@@ -6,6 +6,8 @@
 
 mod best;
 mod cancel;
+mod chain;
+pub(in crate::engine) use chain::chain_waits;
 mod context;
 mod enqueue;
 mod events;

@@ -6,11 +6,23 @@
 //!
 //! `DeviceLayer` is a trait so tests can drive the scheduler with devices whose
 //! health they control.
+//!
+//! A sick GPU cannot judge (issue #29): its fault readings (Xid events, ECC counters,
+//! remapped rows, retired and pending pages; nvml_faults.rs) are read with every health
+//! check and judged against the device's readings at kerneld's start (faults.rs, shared
+//! with the scripted layer); a new fault drains it, with the fault in the reason.
+
+pub mod check;
+mod faults;
+mod nvml_faults;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
+use crate::wire::GpuReadings;
+
+pub use faults::{new_faults, FaultWatch};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceInfo {
@@ -36,6 +48,9 @@ pub struct HealthReading {
     /// The device reports an error that needs a reset (never done by the daemon).
     pub needs_reset: Option<String>,
     pub sm_clock_mhz: Option<u32>,
+    /// Its fault readings, with the faults new since kerneld started (None: a device
+    /// without them, the CPU slot).
+    pub readings: Option<GpuReadings>,
 }
 
 impl HealthReading {
@@ -46,6 +61,15 @@ impl HealthReading {
             return Some(format!(
                 "needs a reset: {r} (the daemon never resets a GPU; an administrator must)"
             ));
+        }
+        if let Some(faults) = self.readings.as_ref().map(|r| &r.faults) {
+            if !faults.is_empty() {
+                return Some(format!(
+                    "new hardware fault since kerneld started: {}; {}",
+                    faults.join("; "),
+                    faults::WHAT_TO_DO
+                ));
+            }
         }
         if !self.foreign_pids.is_empty() {
             return Some(format!(
@@ -65,6 +89,11 @@ pub trait DeviceLayer: Send + Sync {
     fn devices(&self) -> Vec<DeviceInfo>;
     /// Reads a device's health; `ours` are the pids of our workers' process groups.
     fn health(&self, uuid: &str, ours: &BTreeSet<u32>) -> HealthReading;
+    /// A device's fault readings, judged against its start (`kernelctl gpus`, the
+    /// metrics, `kerneld gpu-health`); None where there are none (the CPU slot).
+    fn readings(&self, _uuid: &str) -> Option<GpuReadings> {
+        None
+    }
 }
 
 /// The CPU fallback: one slot.
@@ -104,6 +133,8 @@ impl DeviceLayer for CpuLayer {
 pub struct NvmlLayer {
     nvml: Arc<nvml_wrapper::Nvml>,
     devices: Vec<DeviceInfo>,
+    xids: Arc<nvml_faults::XidStore>,
+    watch: FaultWatch,
 }
 
 impl NvmlLayer {
@@ -153,11 +184,74 @@ impl NvmlLayer {
                 format!("NVML sees {count} device(s), none in the allow-list {allow:?}")
             });
         }
-        Ok(NvmlLayer {
-            nvml: Arc::new(nvml),
+        let nvml = Arc::new(nvml);
+        let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
+        let layer = NvmlLayer {
+            xids: nvml_faults::watch_xids(nvml.clone(), uuids.clone()),
+            nvml,
             devices,
-        })
+            watch: FaultWatch::default(),
+        };
+        // The readings at start: what later ones are judged against.
+        for uuid in &uuids {
+            if let Some(r) = layer.readings(uuid) {
+                tracing::info!(device = %uuid, "fault readings at start: {}", summary(&r));
+            }
+        }
+        Ok(layer)
     }
+}
+
+/// `gpus`' devices with their fault readings (read here, outside the engine's lock: an
+/// NVML call may take milliseconds).
+pub fn with_readings(
+    layer: &dyn DeviceLayer,
+    mut devices: Vec<crate::wire::GpuStatus>,
+) -> Vec<crate::wire::GpuStatus> {
+    for d in &mut devices {
+        d.readings = layer.readings(&d.uuid);
+    }
+    devices
+}
+
+/// Readings in one line for the log.
+pub fn summary(r: &GpuReadings) -> String {
+    let mut parts = Vec::new();
+    if let Some(x) = &r.xid {
+        parts.push(format!("{} Xid events", x.count));
+    }
+    if let Some(e) = &r.ecc {
+        parts.push(format!(
+            "ECC corrected/uncorrected volatile {}/{}, aggregate {}/{}",
+            e.volatile_corrected,
+            e.volatile_uncorrected,
+            e.aggregate_corrected,
+            e.aggregate_uncorrected
+        ));
+    }
+    if let Some(m) = &r.remapped_rows {
+        parts.push(format!(
+            "remapped rows {} correctable, {} uncorrectable{}{}",
+            m.correctable,
+            m.uncorrectable,
+            if m.pending { ", one pending" } else { "" },
+            if m.failed { ", a remapping failed" } else { "" }
+        ));
+    }
+    if let Some(p) = &r.retired_pages {
+        parts.push(format!(
+            "retired pages {} single-bit, {} double-bit",
+            p.single_bit, p.double_bit
+        ));
+    }
+    if let Some(p) = r.pages_pending_retirement {
+        parts.push(format!(
+            "pages pending retirement: {}",
+            if p { "yes" } else { "no" }
+        ));
+    }
+    parts.extend(r.unavailable.iter().cloned());
+    parts.join("; ")
 }
 
 impl DeviceLayer for NvmlLayer {
@@ -209,11 +303,20 @@ impl DeviceLayer for NvmlLayer {
                 .map(|(_, n)| n.to_string())
                 .collect();
         }
-        if let Ok(true) = dev.are_pages_pending_retired() {
-            r.needs_reset = Some("memory pages pending retirement".into());
-        }
         r.sm_clock_mhz = dev.clock_info(Clock::SM).ok();
+        r.readings = Some(
+            self.watch
+                .judge(uuid, nvml_faults::read(&dev, uuid, &self.xids)),
+        );
         r
+    }
+
+    fn readings(&self, uuid: &str) -> Option<GpuReadings> {
+        let dev = self.nvml.device_by_uuid(uuid).ok()?;
+        Some(
+            self.watch
+                .judge(uuid, nvml_faults::read(&dev, uuid, &self.xids)),
+        )
     }
 }
 
@@ -236,6 +339,9 @@ pub fn discover(cfg: &Config) -> Arc<dyn DeviceLayer> {
 pub struct ScriptedLayer {
     devices: Vec<DeviceInfo>,
     health: Mutex<std::collections::BTreeMap<String, HealthReading>>,
+    /// Fault readings the test sets, judged like a real GPU's against the first seen.
+    faults: Mutex<std::collections::BTreeMap<String, GpuReadings>>,
+    watch: FaultWatch,
 }
 
 impl ScriptedLayer {
@@ -253,7 +359,20 @@ impl ScriptedLayer {
         ScriptedLayer {
             devices,
             health: Mutex::new(Default::default()),
+            faults: Mutex::new(Default::default()),
+            watch: FaultWatch::default(),
         }
+    }
+
+    /// The device's fault readings from now on. The first set are its readings at start
+    /// (as NVML's are read when the layer is made): set them before the daemon starts to
+    /// give the device a history; a device never set starts with none.
+    pub fn set_readings(&self, uuid: &str, readings: GpuReadings) {
+        self.watch.judge(uuid, readings.clone());
+        self.faults
+            .lock()
+            .unwrap()
+            .insert(uuid.to_string(), readings);
     }
 
     pub fn set_health(&self, uuid: &str, reading: HealthReading) {
@@ -275,11 +394,99 @@ impl DeviceLayer for ScriptedLayer {
         self.devices.clone()
     }
     fn health(&self, uuid: &str, _ours: &BTreeSet<u32>) -> HealthReading {
-        self.health
+        let mut r = self
+            .health
             .lock()
             .unwrap()
             .get(uuid)
             .cloned()
-            .unwrap_or_default()
+            .unwrap_or_default();
+        r.readings = self.readings(uuid);
+        r
+    }
+
+    fn readings(&self, uuid: &str) -> Option<GpuReadings> {
+        let now = self
+            .faults
+            .lock()
+            .unwrap()
+            .get(uuid)
+            .cloned()
+            .unwrap_or_default();
+        Some(self.watch.judge(uuid, now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{EccCounts, RemappedRows, XidLog, XidRecord};
+
+    #[test]
+    fn a_scripted_gpu_with_a_new_fault_is_drained_with_the_reason() {
+        let layer = ScriptedLayer::new(2);
+        let ours = BTreeSet::new();
+        let history = GpuReadings {
+            ecc: Some(EccCounts {
+                aggregate_corrected: 12,
+                ..Default::default()
+            }),
+            remapped_rows: Some(RemappedRows {
+                correctable: 1,
+                ..Default::default()
+            }),
+            xid: Some(XidLog::default()),
+            ..Default::default()
+        };
+        layer.set_readings("GPU-test-0", history.clone());
+        layer.set_readings("GPU-test-1", history.clone());
+        // The first reading is the start: unchanged readings are healthy.
+        for _ in 0..2 {
+            assert_eq!(layer.health("GPU-test-0", &ours).drain_reason(), None);
+            assert_eq!(layer.health("GPU-test-1", &ours).drain_reason(), None);
+        }
+        type Change = fn(&mut GpuReadings);
+        let cases: [(Change, &str); 3] = [
+            (
+                |r| {
+                    r.xid = Some(XidLog {
+                        count: 1,
+                        recent: vec![XidRecord {
+                            xid: 94,
+                            time_ms: 1,
+                        }],
+                    })
+                },
+                "Xid 94 (contained ECC error)",
+            ),
+            (
+                |r| r.remapped_rows.as_mut().unwrap().correctable = 2,
+                "1 memory row remapped",
+            ),
+            (
+                |r| r.ecc.as_mut().unwrap().volatile_uncorrected = 1,
+                "uncorrected ECC errors (volatile) 0 → 1",
+            ),
+        ];
+        for (change, said) in cases {
+            let mut r = history.clone();
+            change(&mut r);
+            layer.set_readings("GPU-test-0", r);
+            let why = layer.health("GPU-test-0", &ours).drain_reason().unwrap();
+            assert!(
+                why.starts_with("new hardware fault since kerneld started: ")
+                    && why.contains(said)
+                    && why.contains("restarts kerneld"),
+                "{why}"
+            );
+            assert_eq!(layer.health("GPU-test-1", &ours).drain_reason(), None);
+        }
+        let r = layer.readings("GPU-test-0").unwrap();
+        assert_eq!(r.faults.len(), 1);
+        assert!(
+            summary(&r).contains("remapped rows 1 correctable"),
+            "{}",
+            summary(&r)
+        );
     }
 }
