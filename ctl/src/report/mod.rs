@@ -108,6 +108,9 @@ pub struct Progress {
     pub points: Vec<Point>,
     /// Strictly rising; from the daemon's `new_best` events (or the points, when it has none).
     pub best: Vec<Step>,
+    /// The daemon's last `new_best`, its speedup pooled with the re-times since (what
+    /// `status` shows); None without one.
+    pub current: Option<Step>,
     /// Correct evaluations over 10x, with why they are flagged (confirmed by a re-time or not).
     pub flags: Vec<crate::retime::Flagged>,
     /// The best's lineage (issue #29): each step from its seed, its speedup and what changed.
@@ -126,6 +129,7 @@ impl Progress {
             timing: None,
             points: Vec::new(),
             best: Vec::new(),
+            current: None,
             flags: Vec::new(),
             lineage: Vec::new(),
         };
@@ -142,6 +146,10 @@ impl Progress {
         labels.sort_unstable();
         p.timing = (!labels.is_empty()).then(|| labels.join(" and "));
         p.points.sort_by_key(|pt| pt.iteration);
+        // The headline's best is the daemon's last word (under the pooled rule a new best
+        // beats the old one's figure as re-timed since, which may be below what the old
+        // one was announced at); the chart's line only rises.
+        p.current = announced.last().copied();
         let steps = if announced.is_empty() {
             p.points
                 .iter()
@@ -204,6 +212,21 @@ impl Progress {
                     spread_pct: best.spread_pct,
                 })
             }
+            // A re-time of the best pools into its figure, as `status` shows it (the
+            // daemon's projection does the same; the spread keeps the announced one, which
+            // needs the daemon's noise prior).
+            EventKind::RetimeFinished {
+                iteration,
+                pooled: Some(pooled),
+                ..
+            } => {
+                if let (Some(last), Some(speedup)) = (
+                    announced.last_mut().filter(|s| s.iteration == *iteration),
+                    pooled.speedup(),
+                ) {
+                    last.speedup = speedup;
+                }
+            }
             _ => {}
         }
     }
@@ -220,7 +243,7 @@ impl Progress {
     }
 
     pub fn best_now(&self) -> Option<Step> {
-        self.best.last().copied()
+        self.current.or_else(|| self.best.last().copied())
     }
 
     /// Seconds from the first to the last finished evaluation.
@@ -473,6 +496,50 @@ mod tests {
         assert!(p.headline().starts_with(
             "10 evaluations (2 failed) in 9s · best 12.0× (GPU time) at iteration 10"
         ));
+    }
+
+    #[test]
+    fn the_best_is_the_daemons_as_re_timed_and_a_lower_announced_best_stays() {
+        use kerneld_protocol::wire::{EvalResult, Pooled, PooledShape, ResultClass};
+        let retimed = |seq: u64, iteration: u64, mean_log: f64| Event {
+            seq,
+            time_ms: seq * 1000,
+            goal: Some("g".into()),
+            kind: EventKind::RetimeFinished {
+                iteration,
+                candidate: format!("c{iteration}"),
+                device: "GPU-1".into(),
+                result: EvalResult::failure(ResultClass::Ok, "", 1.0),
+                request: None,
+                pooled: Some(Pooled {
+                    n: 3,
+                    shapes: vec![PooledShape {
+                        shape: "s".into(),
+                        n: 3,
+                        mean: mean_log,
+                        m2: 0.0,
+                        within: 0.0,
+                    }],
+                }),
+            },
+        };
+        // best 2.0x at 1, re-timed to 1.5x; then 1.8x at 5 beats the re-timed figure
+        let events = vec![
+            finished(1, 1, Some(2.0)),
+            new_best(2, 1, 2.0),
+            retimed(3, 1, 1.5f64.ln()),
+            finished(4, 5, Some(1.8)),
+            new_best(5, 5, 1.8),
+        ];
+        let p = Progress::from_events("g", &events);
+        assert_eq!(p.best.len(), 2, "{:?}", p.best);
+        assert!((p.best[0].speedup - 1.5).abs() < 1e-9, "{:?}", p.best);
+        assert_eq!(p.best_now().map(|s| s.iteration), Some(5));
+        // without the re-time in the log the line still only rises, and the headline
+        // still names the daemon's best
+        let p = Progress::from_events("g", &[new_best(1, 1, 2.0), new_best(2, 5, 1.8)]);
+        assert_eq!(p.best.len(), 1);
+        assert_eq!(p.best_now().map(|s| s.iteration), Some(5));
     }
 
     #[test]
