@@ -173,11 +173,15 @@ pub fn speedup(x: f64) -> String {
     }
 }
 
+/// A noise `±x%`. Past 999 % a figure says nothing but "unknown" (interpreter timings pooled
+/// as log-speedups reach ±1e37 %), so it reads `±>999%` rather than forty digits.
 pub fn percent(x: f64) -> String {
-    if x.is_finite() {
-        format!("±{x:.1}%")
-    } else {
+    if !x.is_finite() {
         "-".into()
+    } else if x > 999.0 {
+        "±>999%".into()
+    } else {
+        format!("±{x:.1}%")
     }
 }
 

@@ -28,6 +28,7 @@ td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
 pre.diff {{ background: #f7f7f7; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }}
 pre.diff .add {{ color: #1a7f37; }} pre.diff .del {{ color: #cf222e; }} pre.diff .hunk {{ color: #8250df; }}
 code {{ font-size: 0.95em; }}
+table.lineage td {{ overflow-wrap: anywhere; }}
 </style>
 </head>
 <body>
