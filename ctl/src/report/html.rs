@@ -28,7 +28,7 @@ td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
 pre.diff {{ background: #f7f7f7; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }}
 pre.diff .add {{ color: #1a7f37; }} pre.diff .del {{ color: #cf222e; }} pre.diff .hunk {{ color: #8250df; }}
 code {{ font-size: 0.95em; }}
-table.lineage td {{ overflow-wrap: anywhere; }}
+table.lineage td:last-child {{ overflow-wrap: anywhere; }}
 </style>
 </head>
 <body>
@@ -106,7 +106,7 @@ fn lineage(p: &Progress) -> String {
     let mut s = String::from("<h2>Lineage of the best</h2>\n<p>Each candidate descends from the goal's best when it was proposed (what its agent was given); the first from its seed.</p>\n");
     let _ = writeln!(
         s,
-        "<table class=\"lineage\">\n<tr><th>iteration</th><th>candidate</th><th>agent</th><th>speedup</th><th>what changed</th></tr>"
+        "<table class=\"lineage\">\n<tr><th>iteration</th><th>candidate</th><th>agent</th><th>speedup (its first evaluation)</th><th>what changed</th></tr>"
     );
     for step in &p.lineage {
         let _ = writeln!(
